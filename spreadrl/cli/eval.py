@@ -55,6 +55,11 @@ def evaluate(
     base_url: str = typer.Option(None, help="Endpoint of the openai backend."),
     device: str = typer.Option("cpu"),
     batch_size: int = typer.Option(64, help="Episodes advanced together."),
+    scheduler: str = typer.Option(
+        "auto",
+        help="turn (one batched generation per round) | episode (no barrier between "
+        "episodes; vllm) | auto.",
+    ),
     skip_bad: bool = typer.Option(False, help="Skip broken tasks instead of stopping."),
 ) -> None:
     if ctx.invoked_subcommand is not None:
@@ -83,6 +88,7 @@ def evaluate(
         sampling=SamplingParams(temperature, top_p, top_k, max_new_tokens, seed),
         max_turns=max_turns,
         max_response_tokens=max_response_tokens,
+        scheduler=scheduler,
     )
     if env not in ("spreadsheet", "code"):
         raise SpreadrlError(f"--env must be spreadsheet or code, got {env!r}")

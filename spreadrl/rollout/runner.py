@@ -20,6 +20,7 @@ from typing import Any, Protocol
 
 from spreadrl.data.task import Task
 from spreadrl.env.types import EpisodeResult, Observation, StepResult
+from spreadrl.errors import ConfigError
 from spreadrl.rollout.types import PolicyTurn, SamplingParams, Trajectory
 
 log = logging.getLogger(__name__)
@@ -32,6 +33,7 @@ DEFAULT_SYSTEM_PROMPT = (
 
 
 _TURN_END_MARKERS = ("<|im_end|>", "<|endoftext|>")
+SCHEDULERS = ("auto", "turn", "episode")
 
 
 class EnvPoolLike(Protocol):
@@ -57,6 +59,16 @@ class RolloutSettings:
     episode_wall_time_s: float = 600.0
     system_prompt: str = DEFAULT_SYSTEM_PROMPT
     keep_outputs_dir: str | None = None
+    # "turn": one batched generation per round, every episode waits for the slowest;
+    # "episode": each episode's next turn is queued as soon as its tools return
+    # (needs a policy with submit/poll, i.e. vLLM); "auto" picks "episode" when it can
+    scheduler: str = "auto"
+
+    def __post_init__(self) -> None:
+        if self.scheduler not in SCHEDULERS:
+            raise ConfigError(
+                f"unknown rollout scheduler {self.scheduler!r}; choose one of {', '.join(SCHEDULERS)}"
+            )
 
 
 @dataclass(frozen=True)
@@ -130,11 +142,15 @@ def run_episodes(
     on_episode_done: Callable[[Trajectory], None] | None = None,
 ) -> RolloutBatch:
     """Run ``jobs`` to completion with ``policy`` acting in ``pool``'s environments."""
-    from spreadrl.rollout.parsing import parse_assistant_turn
-
     token_level = bool(getattr(policy, "token_level", False))
     if token_level and tokenizer is None:
         raise ValueError("a token-level policy needs the tokenizer")
+    ids = [job.episode_id for job in jobs]
+    if len(set(ids)) != len(ids):
+        dup = next(i for i in ids if ids.count(i) > 1)
+        raise ValueError(
+            f"episode {dup} is scheduled twice in one batch; give each a sample number"
+        )
     timings = {"reset_s": 0.0, "generate_s": 0.0, "tools_s": 0.0, "finish_s": 0.0}
     t0 = time.perf_counter()
     states = _start_episodes(pool, jobs, settings, tokenizer if token_level else None)
@@ -144,57 +160,31 @@ def run_episodes(
     active = [s for s in states if not s.done]
     for s in states:
         if s.done:
-            finishing.append((s, _finish(pool, s, settings)))
+            finishing.append((s, finish_episode(pool, s, settings)))
+    if active and _use_episode_scheduler(policy, settings, token_level):
+        from spreadrl.rollout.streaming import run_streaming
+
+        run_streaming(policy, pool, active, settings, tokenizer, timings, finishing)
+        active = []
     while active:
         t0 = time.perf_counter()
         turns = _generate(policy, active, settings, token_level)
         timings["generate_s"] += time.perf_counter() - t0
 
         t0 = time.perf_counter()
-        pending: list[tuple[EpisodeState, list[Future[StepResult] | str]]] = []
-        for state, turn in zip(active, turns, strict=True):
-            _record_turn(state, turn, token_level, tokenizer)
-            parsed = parse_assistant_turn(
-                turn.text, state.tool_names, max_calls=settings.max_calls_per_turn
-            )
-            if parsed.errors:
-                state.traj.parse_errors += len(parsed.errors)
-                pending.append((state, [f"Error: {e}" for e in parsed.errors]))
-            elif parsed.tool_calls:
-                futures: list[Future[StepResult] | str] = []
-                for call in parsed.tool_calls:
-                    state.traj.tool_calls += 1
-                    futures.append(pool.step(state.job.episode_id, call))
-                pending.append((state, futures))
-            else:
-                state.end("answered" if turn.finish_reason == "stop" else "max_response_tokens")
+        pending = [
+            (state, take_turn(state, turn, pool, settings, token_level, tokenizer))
+            for state, turn in zip(active, turns, strict=True)
+        ]
         for state, items in pending:
-            observations: list[str] = []
-            for item in items:
-                if isinstance(item, str):
-                    observations.append(item)
-                    continue
-                try:
-                    result = item.result()
-                except Exception as exc:  # a crashed worker fails only this episode
-                    state.traj.error = f"{type(exc).__name__}: {exc}"
-                    state.end("error")
-                    break
-                if not result.ok:
-                    state.traj.tool_errors += 1
-                observations.append(result.observation)
-                if result.truncated:
-                    state.end("max_tool_calls")
-            if state.traj.stop_reason == "error":
-                continue
-            _record_observations(state, observations, settings, token_level, tokenizer)
-            _check_budgets(state, settings)
+            if not state.done:
+                take_observations(state, items, settings, token_level, tokenizer)
         timings["tools_s"] += time.perf_counter() - t0
 
         still = []
         for state in active:
             if state.done:
-                finishing.append((state, _finish(pool, state, settings)))
+                finishing.append((state, finish_episode(pool, state, settings)))
             else:
                 still.append(state)
         active = still
@@ -206,6 +196,91 @@ def run_episodes(
             on_episode_done(state.traj)
     timings["finish_s"] = time.perf_counter() - t0
     return RolloutBatch([s.traj for s in states], timings)
+
+
+def _use_episode_scheduler(policy: Any, settings: RolloutSettings, token_level: bool) -> bool:
+    if settings.scheduler == "turn":
+        return False
+    streaming = token_level and all(
+        callable(getattr(policy, name, None)) for name in ("submit", "poll")
+    )
+    if settings.scheduler == "episode" and not streaming:
+        raise ConfigError(
+            "scheduler 'episode' needs a token-level policy with submit/poll "
+            f"(the vllm backend); {type(policy).__name__} generates turn by turn"
+        )
+    return streaming
+
+
+def take_turn(
+    state: EpisodeState,
+    turn: PolicyTurn,
+    pool: EnvPoolLike,
+    settings: RolloutSettings,
+    token_level: bool,
+    tokenizer: Any,
+) -> list[Future[StepResult] | str]:
+    """Record a sampled turn and start its tool calls; the episode ends on a plain answer.
+
+    Returns what the turn's observations will come from: tool futures, or
+    error strings for calls that could not be parsed."""
+    from spreadrl.rollout.parsing import parse_assistant_turn
+
+    _record_turn(state, turn, token_level, tokenizer)
+    parsed = parse_assistant_turn(
+        turn.text, state.tool_names, max_calls=settings.max_calls_per_turn
+    )
+    if parsed.errors:
+        state.traj.parse_errors += len(parsed.errors)
+        return [f"Error: {e}" for e in parsed.errors]
+    if parsed.tool_calls:
+        state.traj.tool_calls += len(parsed.tool_calls)
+        return [pool.step(state.job.episode_id, call) for call in parsed.tool_calls]
+    state.end("answered" if turn.finish_reason == "stop" else "max_response_tokens")
+    return []
+
+
+def take_observations(
+    state: EpisodeState,
+    items: list[Future[StepResult] | str],
+    settings: RolloutSettings,
+    token_level: bool,
+    tokenizer: Any,
+) -> None:
+    """Append a turn's tool results (waiting for them) and apply the episode budgets."""
+    observations: list[str] = []
+    for item in items:
+        if isinstance(item, str):
+            observations.append(item)
+            continue
+        try:
+            result = item.result()
+        except Exception as exc:  # a crashed worker fails only this episode
+            state.traj.error = f"{type(exc).__name__}: {exc}"
+            state.end("error")
+            return
+        if not result.ok:
+            state.traj.tool_errors += 1
+        observations.append(result.observation)
+        if result.truncated:
+            state.end("max_tool_calls")
+    _record_observations(state, observations, settings, token_level, tokenizer)
+    _check_budgets(state, settings)
+
+
+def turn_budget(state: EpisodeState, settings: RolloutSettings) -> int:
+    """Tokens this episode may still sample in its next turn."""
+    room = settings.max_response_tokens - len(state.traj.response_ids)
+    return max(1, min(settings.sampling.max_new_tokens, room))
+
+
+def clip_turn(turn: PolicyTurn, room: int) -> PolicyTurn:
+    """Cut a turn that overran the episode's token budget (batched calls share one budget)."""
+    if turn.token_ids is not None and len(turn.token_ids) > room:
+        turn.token_ids = turn.token_ids[:room]
+        turn.logprobs = (turn.logprobs or [])[:room]
+        turn.finish_reason = "length"
+    return turn
 
 
 def _start_episodes(
@@ -271,12 +346,7 @@ def _generate(
         seed=settings.sampling.seed,
     )
     turns = policy.act([s.context_ids for s in active], params)
-    for turn, room in zip(turns, remaining, strict=True):
-        if turn.token_ids is not None and len(turn.token_ids) > room:
-            turn.token_ids = turn.token_ids[:room]
-            turn.logprobs = (turn.logprobs or [])[:room]
-            turn.finish_reason = "length"
-    return turns
+    return [clip_turn(turn, room) for turn, room in zip(turns, remaining, strict=True)]
 
 
 def _record_turn(state: EpisodeState, turn: PolicyTurn, token_level: bool, tokenizer: Any) -> None:
@@ -344,7 +414,7 @@ def _check_budgets(state: EpisodeState, settings: RolloutSettings) -> None:
         state.end("wall_time")
 
 
-def _finish(
+def finish_episode(
     pool: EnvPoolLike, state: EpisodeState, settings: RolloutSettings
 ) -> Future[EpisodeResult]:
     final = next(

@@ -5,10 +5,16 @@ log-probs come out, so multi-turn contexts are never re-tokenized. The engine
 is created with sleep mode so a colocated trainer can free its memory during
 the update (``sleep``/``wake_up``) and push new weights in place
 (``load_weights``) without writing them to disk.
+
+Two ways to drive it: ``act`` generates one turn for a batch of contexts (the
+turn scheduler), and ``submit``/``poll`` feed single turns into the running
+engine and collect them as they finish (the episode scheduler of
+:mod:`spreadrl.rollout.streaming`, which never makes the engine wait for tools).
 """
 
 from __future__ import annotations
 
+import zlib
 from collections.abc import Iterable, Sequence
 from typing import Any
 
@@ -66,31 +72,52 @@ class VLLMPolicy:
         self.sleeping = False
 
     def act(self, contexts: Sequence[Sequence[int]], params: SamplingParams) -> list[PolicyTurn]:
+        """One turn for each context, all generated together (the turn scheduler)."""
         if self.sleeping:
             self.wake_up()
-        sampling = self.vllm.SamplingParams(
-            temperature=params.temperature,
-            top_p=params.top_p,
-            top_k=params.top_k if params.top_k > 0 else -1,
-            max_tokens=params.max_new_tokens,
-            logprobs=0,
-            seed=params.seed,
-            stop_token_ids=self.stop_token_ids or None,
-            skip_special_tokens=False,
-        )
         prompts = [{"prompt_token_ids": list(c)} for c in contexts]
+        sampling = [
+            self._sampling(params, request_seed(params.seed, str(i))) for i in range(len(prompts))
+        ]
         outputs = self.llm.generate(prompts, sampling, use_tqdm=False)
-        turns = []
-        for output in outputs:
-            completion = output.outputs[0]
-            ids = list(completion.token_ids)
-            logprobs = [
-                float(step[token].logprob) if step and token in step else 0.0
-                for step, token in zip(completion.logprobs or [{}] * len(ids), ids, strict=False)
-            ]
-            finish = "stop" if completion.finish_reason == "stop" else "length"
-            turns.append(PolicyTurn(completion.text, ids, logprobs, finish))
-        return turns
+        return [_turn(output) for output in outputs]
+
+    def submit(self, request_id: str, context: Sequence[int], params: SamplingParams) -> None:
+        """Queue one turn in the running engine (the episode scheduler): continuous
+        batching starts decoding it at the next step, beside whatever is running."""
+        if self.sleeping:
+            self.wake_up()
+        self.llm.llm_engine.add_request(
+            request_id,
+            {"prompt_token_ids": list(context)},
+            self._sampling(params, request_seed(params.seed, request_id), final_only=True),
+        )
+
+    def poll(self) -> list[tuple[str, PolicyTurn]]:
+        """Run one engine step; return the turns that finished in it."""
+        engine = self.llm.llm_engine
+        if not engine.has_unfinished_requests():
+            return []
+        return [(out.request_id, _turn(out)) for out in engine.step() if out.finished]
+
+    def _sampling(
+        self, params: SamplingParams, seed: int | None, *, final_only: bool = False
+    ) -> Any:
+        kwargs: dict[str, Any] = {
+            "temperature": params.temperature,
+            "top_p": params.top_p,
+            "top_k": params.top_k if params.top_k > 0 else -1,
+            "max_tokens": params.max_new_tokens,
+            "logprobs": 0,  # the sampled token's log-prob, for importance sampling
+            "seed": seed,
+            "stop_token_ids": self.stop_token_ids or None,
+            "skip_special_tokens": False,
+        }
+        if final_only:  # one output per request, when it is done (as LLM.generate asks)
+            kind = getattr(getattr(self.vllm, "sampling_params", None), "RequestOutputKind", None)
+            if kind is not None:
+                kwargs["output_kind"] = kind.FINAL_ONLY
+        return self.vllm.SamplingParams(**kwargs)
 
     def sleep(self, level: int = 1) -> None:
         """Free GPU memory for the update: level 1 offloads weights, level 2 drops them."""
@@ -113,3 +140,27 @@ class VLLMPolicy:
         reset = getattr(self.llm, "reset_prefix_cache", None)
         if reset is not None:
             reset()
+
+
+def request_seed(seed: int | None, request_id: str) -> int | None:
+    """A reproducible seed of its own for each request.
+
+    vLLM seeds every request's sampler from its ``SamplingParams.seed``: one
+    shared seed would make the G rollouts of a GRPO group identical (same
+    prompt, same random stream) and every advantage zero."""
+    if seed is None:
+        return None
+    return (seed * 1_000_003 + zlib.crc32(request_id.encode())) % (2**31 - 1)
+
+
+def _turn(output: Any) -> PolicyTurn:
+    """A PolicyTurn from a vLLM RequestOutput: sampled ids with their log-probs."""
+    completion = output.outputs[0]
+    ids = list(completion.token_ids)
+    steps = completion.logprobs or [{}] * len(ids)
+    logprobs = [
+        float(step[token].logprob) if step and token in step else 0.0
+        for step, token in zip(steps, ids, strict=False)
+    ]
+    finish = "stop" if completion.finish_reason == "stop" else "length"
+    return PolicyTurn(completion.text, ids, logprobs, finish)

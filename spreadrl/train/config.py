@@ -60,6 +60,11 @@ class RolloutConfig:
     group_size: int = option(8, "Rollouts per prompt (G).")
     prompts_per_step: int = option(4, "Prompts per GRPO step.")
     concurrency: int = option(0, "Environment worker processes (0 = run tools in-process).")
+    scheduler: Literal["auto", "turn", "episode"] = option(
+        "auto",
+        "turn: one batched generation per round; episode: each episode's next turn starts "
+        "when its tools return (vllm); auto: episode where the backend supports it.",
+    )
 
     def validate(self) -> None:
         if self.group_size < 2:

@@ -65,6 +65,7 @@ def rollout_settings(cfg: Any, seed: int) -> RolloutSettings:
         max_response_tokens=r.max_response_tokens,
         max_tool_response_tokens=r.max_tool_response_tokens,
         max_prompt_tokens=cfg.data.max_prompt_tokens,
+        scheduler=r.scheduler,
     )
 
 
@@ -168,7 +169,13 @@ def collect_rollouts(
     while True:
         count = want if rounds == 0 else want - _useful(rewards_list)
         prompts = rank_slice(sampler.next(count * info.world_size), info)
-        jobs = [EpisodeJob(tasks.get(tid), case, g) for tid, case in prompts for g in range(G)]
+        # a step may draw the same task twice (small sets, epoch boundaries): sample
+        # numbers stay unique so every episode has its own id in the pool
+        jobs = [
+            EpisodeJob(tasks.get(tid), case, i * G + g)
+            for i, (tid, case) in enumerate(prompts)
+            for g in range(G)
+        ]
         batch = run_episodes(
             policy, pool, jobs, rollout_settings(cfg, seed * 1000 + rounds), tokenizer
         )

@@ -15,14 +15,49 @@ class _Logprob:
         self.logprob = value
 
 
+class FakeEngine:
+    """vLLM's LLMEngine surface: add_request, then step() until has_unfinished_requests()
+    is False; each step finishes the oldest request and reports the others unfinished."""
+
+    def __init__(self, events):
+        self.events = events
+        self.queue = []
+
+    def add_request(self, request_id, prompt, params):
+        self.events.append(f"add:{request_id}")
+        self.queue.append((request_id, prompt["prompt_token_ids"], params))
+
+    def has_unfinished_requests(self):
+        return bool(self.queue)
+
+    def step(self):
+        outs = []
+        for i, (rid, ctx, _params) in enumerate(self.queue):
+            ids = [ctx[-1] + 1, 2]
+            completion = types.SimpleNamespace(
+                token_ids=ids,
+                text="x",
+                finish_reason="stop",
+                logprobs=[{t: _Logprob(-0.5)} for t in ids],
+            )
+            outs.append(
+                types.SimpleNamespace(request_id=rid, finished=i == 0, outputs=[completion])
+            )
+        self.params = [p for _, _, p in self.queue]
+        self.queue = self.queue[1:]
+        return outs
+
+
 class FakeLLM:
     def __init__(self, **kwargs):
         self.kwargs = kwargs
         self.events = []
         self.loaded = {}
+        self.llm_engine = FakeEngine(self.events)
 
     def generate(self, prompts, sampling, use_tqdm=False):
         self.events.append("generate")
+        self.sampling = sampling
         outs = []
         for p in prompts:
             ids = [p["prompt_token_ids"][-1] + 1, 2]
@@ -58,6 +93,9 @@ def fake_vllm(monkeypatch):
     module = types.ModuleType("vllm")
     module.LLM = FakeLLM
     module.SamplingParams = lambda **kw: types.SimpleNamespace(**kw)
+    module.sampling_params = types.SimpleNamespace(
+        RequestOutputKind=types.SimpleNamespace(FINAL_ONLY="final-only")
+    )
     monkeypatch.setitem(sys.modules, "vllm", module)
     return module
 
@@ -75,9 +113,34 @@ def test_vllm_policy_returns_sampled_ids_and_logprobs(fake_vllm):
 
     policy = VLLMPolicy("m", stop_token_ids=[2])
     assert policy.llm.kwargs["enable_sleep_mode"] is True
+    turns = policy.act(
+        [[5, 6], [5, 6]], SamplingParams(temperature=0.6, top_k=20, max_new_tokens=4, seed=1)
+    )
+    assert policy.llm.sampling[0].seed != policy.llm.sampling[1].seed  # same prompt, own stream
     turns = policy.act([[5, 6], [9]], SamplingParams(temperature=0.6, top_k=20, max_new_tokens=4))
     assert [t.token_ids for t in turns] == [[7, 2], [10, 2]]
     assert turns[0].logprobs == [-0.25, -0.25] and turns[0].finish_reason == "stop"
+
+
+def test_vllm_policy_streams_turns_through_the_engine(fake_vllm):
+    from spreadrl.rollout.vllm_policy import VLLMPolicy, request_seed
+
+    policy = VLLMPolicy("m", stop_token_ids=[2])
+    policy.sleep(level=1)
+    policy.submit("a#0", [5, 6], SamplingParams(max_new_tokens=8, seed=3))
+    policy.submit("b#0", [9], SamplingParams(max_new_tokens=3, seed=3))
+    assert policy.llm.events[:3] == ["sleep1", "wake:all", "add:a#0"]  # woken before queuing
+    first = policy.poll()
+    assert [rid for rid, _ in first] == ["a#0"]  # unfinished outputs are not returned
+    assert first[0][1].token_ids == [7, 2] and first[0][1].logprobs == [-0.5, -0.5]
+    assert policy.llm.llm_engine.params[1].max_tokens == 3
+    assert policy.llm.llm_engine.params[1].output_kind == "final-only"
+    # each request samples from its own reproducible random stream: a shared seed would
+    # make every rollout of a GRPO group identical in vLLM
+    seeds = [p.seed for p in policy.llm.llm_engine.params]
+    assert seeds[0] != seeds[1] and seeds[0] == request_seed(3, "a#0")
+    assert [rid for rid, _ in policy.poll()] == ["b#0"]
+    assert policy.poll() == []  # an idle engine is not stepped
 
 
 def test_colocated_cycle_syncs_weights_before_generation_and_sleeps_after(fake_vllm):

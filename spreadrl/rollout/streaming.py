@@ -1,0 +1,106 @@
+"""Episode-level scheduling: no barrier between the turns of different episodes.
+
+The turn scheduler in :mod:`spreadrl.rollout.runner` generates one turn for
+every active episode, then waits for every tool call, then generates again:
+the engine idles while the slowest tool runs, and the fastest episodes wait
+for the longest generation. Multi-turn agents spend much of an episode in
+tools (a recalculation, a sandboxed script), so here each episode moves on
+its own: as soon as its tools return, its next turn is queued in the engine,
+which keeps decoding whatever is running. The policy only has to accept
+requests one at a time and hand back finished ones (``submit``/``poll``,
+which is how vLLM's engine works with continuous batching).
+
+Trajectories are the same as under the turn scheduler for a policy whose
+output depends only on the context; what changes is the interleaving.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Sequence
+from concurrent.futures import FIRST_COMPLETED, Future, wait
+from dataclasses import replace
+from typing import Any, Protocol
+
+from spreadrl.env.types import EpisodeResult, StepResult
+from spreadrl.rollout.runner import (
+    EnvPoolLike,
+    EpisodeState,
+    RolloutSettings,
+    clip_turn,
+    finish_episode,
+    take_observations,
+    take_turn,
+    turn_budget,
+)
+from spreadrl.rollout.types import PolicyTurn, SamplingParams
+
+
+class StreamingPolicy(Protocol):
+    """A token-level policy that takes requests one by one and returns them when done."""
+
+    token_level: bool
+
+    def submit(self, request_id: str, context: Sequence[int], params: SamplingParams) -> None: ...
+
+    def poll(self) -> list[tuple[str, PolicyTurn]]:
+        """Advance generation a little; return the turns that finished meanwhile."""
+        ...
+
+
+def run_streaming(
+    policy: StreamingPolicy,
+    pool: EnvPoolLike,
+    active: list[EpisodeState],
+    settings: RolloutSettings,
+    tokenizer: Any,
+    timings: dict[str, float],
+    finishing: list[tuple[EpisodeState, Future[EpisodeResult]]],
+) -> None:
+    """Run ``active`` episodes to their end; finished ones are appended to ``finishing``."""
+    generating: dict[str, tuple[EpisodeState, int]] = {}
+    in_tools: list[tuple[EpisodeState, list[Future[StepResult] | str]]] = []
+
+    def queue_turn(state: EpisodeState) -> None:
+        room = turn_budget(state, settings)
+        request_id = f"{state.job.episode_id}#{state.turns_taken}"
+        params = replace(settings.sampling, max_new_tokens=room)
+        policy.submit(request_id, state.context_ids, params)
+        generating[request_id] = (state, room)
+
+    def end(state: EpisodeState) -> None:
+        finishing.append((state, finish_episode(pool, state, settings)))
+
+    for state in active:
+        queue_turn(state)
+    while generating or in_tools:
+        if generating:
+            t0 = time.perf_counter()
+            finished = policy.poll()
+            timings["generate_s"] += time.perf_counter() - t0
+            for request_id, turn in finished:
+                state, room = generating.pop(request_id)
+                items = take_turn(state, clip_turn(turn, room), pool, settings, True, tokenizer)
+                if state.done:
+                    end(state)
+                else:
+                    in_tools.append((state, items))
+        if not in_tools:
+            continue
+        t0 = time.perf_counter()
+        if not generating:  # nothing to decode: block until some tool returns
+            futures = [i for _, items in in_tools for i in items if isinstance(i, Future)]
+            if futures:
+                wait(futures, return_when=FIRST_COMPLETED)
+        waiting = []
+        for state, items in in_tools:
+            if any(isinstance(i, Future) and not i.done() for i in items):
+                waiting.append((state, items))
+                continue
+            take_observations(state, items, settings, True, tokenizer)
+            if state.done:
+                end(state)
+            else:
+                queue_turn(state)
+        in_tools = waiting
+        timings["tools_s"] += time.perf_counter() - t0

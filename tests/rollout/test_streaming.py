@@ -1,0 +1,208 @@
+"""The episode scheduler: same trajectories as the turn scheduler, without its barrier."""
+
+import threading
+from concurrent.futures import Future
+
+import pytest
+
+from spreadrl.env.types import StepResult
+from spreadrl.errors import ConfigError
+from spreadrl.rollout.runner import EpisodeJob, RolloutSettings, run_episodes
+from spreadrl.rollout.scripted import format_tool_call
+from spreadrl.rollout.types import PolicyTurn, SamplingParams
+from tests.rollout.fakes import FakePool, done, make_task
+
+
+class ContextPolicy:
+    """Deterministic: what it 'samples' depends only on the context it is given.
+
+    The n-th assistant turn of an episode calls write_range with n (42 on the
+    last tool turn), then answers. ``submit``/``poll`` decode one token per poll
+    for every running request, like an engine with continuous batching."""
+
+    token_level = True
+
+    def __init__(self, tokenizer, tool_turns=2):
+        self.tok = tokenizer
+        self.tool_turns = tool_turns
+        self.start = tokenizer.convert_tokens_to_ids("<|im_start|>")
+        self.end = tokenizer.convert_tokens_to_ids("<|im_end|>")
+        self.running = {}
+        self.events = []
+
+    def _sample(self, context, params):
+        # system, user, this turn's header; each earlier round added an assistant + a tool turn
+        index = (context.count(self.start) - 3) // 2
+        if index < self.tool_turns:
+            value = 42 if index == self.tool_turns - 1 else index
+            text = format_tool_call("write_range", {"range": "A1", "values": value})
+        else:
+            text = "Done."
+        ids = self.tok.encode(text, add_special_tokens=False) + [self.end]
+        ids = ids[: params.max_new_tokens]
+        finish = "stop" if ids[-1] == self.end else "length"
+        lps = [-0.01 * ((len(context) + i) % 7) for i in range(len(ids))]
+        return PolicyTurn(text, ids, lps, finish)
+
+    def act(self, contexts, params):
+        self.events.append(("act", len(contexts)))
+        return [self._sample(list(c), params) for c in contexts]
+
+    def submit(self, request_id, context, params):
+        self.events.append(("submit", request_id))
+        self.running[request_id] = [self._sample(list(context), params), 0]
+
+    def poll(self):
+        finished = []
+        for rid, entry in list(self.running.items()):
+            entry[1] += 1
+            if entry[1] >= len(entry[0].token_ids):
+                finished.append((rid, entry[0]))
+                del self.running[rid]
+        return finished
+
+
+class TurnOnlyPolicy(ContextPolicy):
+    submit = None
+    poll = None
+
+    def __init__(self, tokenizer, tool_turns=2):
+        super().__init__(tokenizer, tool_turns)
+        del self.running
+
+
+def _comparable(t):
+    return (
+        t.key,
+        t.prompt_ids,
+        t.response_ids,
+        t.response_mask,
+        t.rollout_logprobs,
+        t.turns,
+        t.tool_calls,
+        t.stop_reason,
+        t.passed,
+        t.reward,
+    )
+
+
+def test_episode_and_turn_schedulers_give_identical_trajectories(tiny_model):
+    _, tok = tiny_model
+    jobs = [EpisodeJob(make_task(), 1, s) for s in range(3)]
+    results = {}
+    for scheduler in ("turn", "episode"):
+        policy = ContextPolicy(tok, tool_turns=2)
+        settings = RolloutSettings(scheduler=scheduler, max_response_tokens=400)
+        out = run_episodes(policy, FakePool(), jobs, settings, tok)
+        results[scheduler] = [_comparable(t) for t in out.trajectories]
+        kinds = {kind for kind, _ in policy.events}
+        assert kinds == ({"act"} if scheduler == "turn" else {"submit"})
+    assert results["turn"] == results["episode"]
+    assert all(r[8] for r in results["episode"])  # passed: wrote 42 then answered
+    assert [r[5] for r in results["episode"]] == [3, 3, 3]
+
+
+def test_per_episode_token_budget_holds_under_the_episode_scheduler(tiny_model):
+    _, tok = tiny_model
+    settings = RolloutSettings(scheduler="episode", max_response_tokens=30)
+    out = run_episodes(ContextPolicy(tok), FakePool(), [EpisodeJob(make_task())], settings, tok)
+    t = out.trajectories[0]
+    assert t.stop_reason == "max_response_tokens"
+    assert sum(t.response_mask) <= 30
+
+
+class SlowToolPool(FakePool):
+    """Tools of episode sample 0 take ``delay`` seconds; everyone else's return at once."""
+
+    def __init__(self, delay):
+        super().__init__()
+        self.delay = delay
+        self.log = []
+        self.lock = threading.Lock()
+
+    def _note(self, what):
+        with self.lock:
+            self.log.append(what)
+
+    def step(self, episode_id, call):
+        self.calls[episode_id].append(call)
+        result = StepResult("wrote", True)
+        if not episode_id.endswith("/0"):
+            return done(result)
+        future = Future()
+
+        def later():
+            self._note(("tool_done", episode_id))
+            future.set_result(result)
+
+        threading.Timer(self.delay, later).start()
+        return future
+
+    def finish(self, episode_id, **kwargs):
+        self._note(("finish", episode_id))
+        return super().finish(episode_id, **kwargs)
+
+
+@pytest.mark.parametrize("scheduler", ["turn", "episode"])
+def test_a_slow_tool_holds_back_only_its_own_episode_under_the_episode_scheduler(
+    tiny_model, scheduler
+):
+    _, tok = tiny_model
+    pool = SlowToolPool(delay=0.3)
+    jobs = [EpisodeJob(make_task(), 1, s) for s in range(2)]
+    settings = RolloutSettings(scheduler=scheduler, max_response_tokens=400)
+    out = run_episodes(ContextPolicy(tok, tool_turns=3), pool, jobs, settings, tok)
+    assert all(t.passed for t in out.trajectories)
+    fast_done = pool.log.index(("finish", "t1/1/1"))
+    first_slow_tool = pool.log.index(("tool_done", "t1/1/0"))
+    if scheduler == "episode":
+        # the fast episode ran all four of its turns while the slow one's first tool ran
+        assert fast_done < first_slow_tool
+    else:
+        # the turn scheduler makes it wait for the slow tool every round
+        assert fast_done > first_slow_tool
+
+
+def test_auto_picks_the_episode_scheduler_only_for_streaming_policies(tiny_model):
+    _, tok = tiny_model
+    streaming, turn_only = ContextPolicy(tok), TurnOnlyPolicy(tok)
+    run_episodes(streaming, FakePool(), [EpisodeJob(make_task())], RolloutSettings(), tok)
+    run_episodes(turn_only, FakePool(), [EpisodeJob(make_task())], RolloutSettings(), tok)
+    assert streaming.events[0][0] == "submit" and turn_only.events[0][0] == "act"
+    with pytest.raises(ConfigError, match="submit/poll"):
+        run_episodes(
+            turn_only,
+            FakePool(),
+            [EpisodeJob(make_task())],
+            RolloutSettings(scheduler="episode"),
+            tok,
+        )
+    with pytest.raises(ConfigError, match="unknown rollout scheduler"):
+        RolloutSettings(scheduler="async")
+
+
+def test_a_crashed_tool_fails_only_its_episode_under_the_episode_scheduler(tiny_model):
+    _, tok = tiny_model
+    jobs = [EpisodeJob(make_task(), 1, s) for s in range(2)]
+    pool = FakePool(crash="t1/1/0")
+    out = run_episodes(ContextPolicy(tok), pool, jobs, RolloutSettings(scheduler="episode"), tok)
+    crashed, fine = out.trajectories
+    assert crashed.stop_reason == "error" and "worker died" in crashed.error
+    assert fine.passed and fine.stop_reason == "answered"
+
+
+def test_sampling_params_budget_is_per_episode(tiny_model):
+    _, tok = tiny_model
+    seen = []
+
+    class Recording(ContextPolicy):
+        def submit(self, request_id, context, params):
+            seen.append(params.max_new_tokens)
+            super().submit(request_id, context, params)
+
+    settings = RolloutSettings(
+        scheduler="episode", sampling=SamplingParams(max_new_tokens=64), max_response_tokens=100
+    )
+    run_episodes(Recording(tok), FakePool(), [EpisodeJob(make_task())], settings, tok)
+    assert seen[0] == 64 and all(b <= 64 for b in seen)
+    assert seen[-1] < 64  # the last turn only gets what is left of the 100-token budget
