@@ -63,8 +63,10 @@ def apply_calls(input_path: Path, calls: list[dict[str, Any]], output_path: Path
         elif name == "manage_sheet" and args.get("action") == "add":
             wb.create_sheet(args.get("sheet") or args["new_name"])
         elif name == "delete_rows":
+            from spreadrl.env.refshift import delete_and_shift
+
             ws = wb[args.get("sheet") or wb.sheetnames[0]]
-            ws.delete_rows(int(args["start_row"]), int(args.get("count", 1)))
+            delete_and_shift(wb, ws, "row", int(args["start_row"]), int(args.get("count", 1)))
         else:
             raise ValueError(f"the generation-time applier does not support {name!r} {args}")
     wb.save(output_path)

@@ -7,6 +7,7 @@ from typing import Any, Literal
 
 from pydantic import Field
 
+from spreadrl.env.refshift import delete_and_shift
 from spreadrl.env.tools.common import Args
 from spreadrl.env.workbook import MAX_COLUMN, MAX_ROW, ToolError, column_letter
 
@@ -74,14 +75,22 @@ def delete_rows(ctx: Any, args: DeleteRowsArgs) -> str:
     if not 1 <= args.start_row <= MAX_ROW or args.count < 1:
         raise ToolError("start_row must be 1 or more and count at least 1")
     ws = ctx.book.worksheet(args.sheet)
-    ws.delete_rows(args.start_row, args.count)
+    changed = delete_and_shift(ctx.book.wb, ws, "row", args.start_row, args.count)
     ctx.book.touch()
     last = args.start_row + args.count - 1
     span = f"row {args.start_row}" if args.count == 1 else f"rows {args.start_row}-{last}"
     return (
-        f"deleted {span} of {ws.title!r}; rows below moved up (formulas elsewhere are not "
-        f"rewritten). Used area now {ws.max_row} rows x {ws.max_column} columns"
+        f"deleted {span} of {ws.title!r}; rows below moved up{_formulas_note(changed)}. "
+        f"Used area now {ws.max_row} rows x {ws.max_column} columns"
     )
+
+
+def _formulas_note(changed: int) -> str:
+    if not changed:
+        return ""
+    if changed == 1:
+        return "; 1 formula pointing at moved cells was updated"
+    return f"; {changed} formulas pointing at moved cells were updated"
 
 
 class DeleteColumnsArgs(Args):
@@ -110,13 +119,13 @@ def delete_columns(ctx: Any, args: DeleteColumnsArgs) -> str:
     if not 1 <= start <= MAX_COLUMN or args.count < 1:
         raise ToolError("start_column must be a column (A-XFD or 1-16384) and count at least 1")
     ws = ctx.book.worksheet(args.sheet)
-    ws.delete_cols(start, args.count)
+    changed = delete_and_shift(ctx.book.wb, ws, "col", start, args.count)
     ctx.book.touch()
     first, last = column_letter(start), column_letter(min(start + args.count - 1, MAX_COLUMN))
     span = f"column {first}" if args.count == 1 else f"columns {first}-{last}"
     return (
-        f"deleted {span} of {ws.title!r}; columns to the right moved left (formulas elsewhere "
-        f"are not rewritten). Used area now {ws.max_row} rows x {ws.max_column} columns"
+        f"deleted {span} of {ws.title!r}; columns to the right moved left"
+        f"{_formulas_note(changed)}. Used area now {ws.max_row} rows x {ws.max_column} columns"
     )
 
 
