@@ -15,11 +15,14 @@ from pathlib import Path
 import typer
 
 
-def _tiny_model(root: Path) -> str:
+def _tiny_model(root: Path, preset: str = "tiny", vocab_size: int = 0) -> str:
+    """A random model of ``preset`` (its vocabulary padded to ``vocab_size`` if given)."""
     from spreadrl.models.init import init_model
     from spreadrl.models.tokenizer import default_corpus, train_tokenizer
 
-    return str(init_model("tiny", train_tokenizer(default_corpus(), vocab_size=512), root / "tiny"))
+    tokenizer = train_tokenizer(default_corpus(), vocab_size=512)
+    overrides = {"vocab_size": vocab_size} if vocab_size > len(tokenizer) else None
+    return str(init_model(preset, tokenizer, root / preset, overrides=overrides))
 
 
 def bench_rollout(
