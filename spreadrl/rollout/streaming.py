@@ -17,6 +17,7 @@ output depends only on the context; what changes is the interleaving.
 from __future__ import annotations
 
 import time
+import uuid
 from collections.abc import Sequence
 from concurrent.futures import FIRST_COMPLETED, Future, wait
 from dataclasses import replace
@@ -33,7 +34,7 @@ from spreadrl.rollout.runner import (
     take_turn,
     turn_budget,
 )
-from spreadrl.rollout.types import PolicyTurn, SamplingParams
+from spreadrl.rollout.types import PolicyTurn, SamplingParams, derive_seed
 
 
 class StreamingPolicy(Protocol):
@@ -58,13 +59,16 @@ def run_streaming(
     finishing: list[tuple[EpisodeState, Future[EpisodeResult]]],
 ) -> None:
     """Run ``active`` episodes to their end; finished ones are appended to ``finishing``."""
+    batch = uuid.uuid4().hex[:8]  # engines keep request ids unique across calls too
     generating: dict[str, tuple[EpisodeState, int]] = {}
     in_tools: list[tuple[EpisodeState, list[Future[StepResult] | str]]] = []
 
     def queue_turn(state: EpisodeState) -> None:
         room = turn_budget(state, settings)
-        request_id = f"{state.job.episode_id}#{state.turns_taken}"
-        params = replace(settings.sampling, max_new_tokens=room)
+        key = f"{state.job.episode_id}#{state.turns_taken}"
+        seed = derive_seed(settings.sampling.seed, key)
+        params = replace(settings.sampling, max_new_tokens=room, seed=seed)
+        request_id = f"{key}@{batch}"
         policy.submit(request_id, state.context_ids, params)
         generating[request_id] = (state, room)
 

@@ -8,6 +8,7 @@ trainer trains on exactly these ids; nothing is re-tokenized from text.
 
 from __future__ import annotations
 
+import zlib
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
@@ -36,6 +37,17 @@ class SamplingParams:
     @property
     def greedy(self) -> bool:
         return self.temperature <= 0.0
+
+
+def derive_seed(seed: int | None, key: str) -> int | None:
+    """A reproducible seed of its own for each generation request.
+
+    Engines like vLLM seed every request's sampler from its own seed: one
+    shared seed would make the G rollouts of a GRPO group identical (same
+    prompt, same random stream) and every advantage zero."""
+    if seed is None:
+        return None
+    return (seed * 1_000_003 + zlib.crc32(key.encode())) % (2**31 - 1)
 
 
 @dataclass

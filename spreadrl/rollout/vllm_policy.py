@@ -14,12 +14,11 @@ engine and collect them as they finish (the episode scheduler of
 
 from __future__ import annotations
 
-import zlib
 from collections.abc import Iterable, Sequence
 from typing import Any
 
 from spreadrl.errors import MissingDependencyError
-from spreadrl.rollout.types import PolicyTurn, SamplingParams
+from spreadrl.rollout.types import PolicyTurn, SamplingParams, derive_seed
 
 
 def import_vllm() -> Any:
@@ -77,20 +76,21 @@ class VLLMPolicy:
             self.wake_up()
         prompts = [{"prompt_token_ids": list(c)} for c in contexts]
         sampling = [
-            self._sampling(params, request_seed(params.seed, str(i))) for i in range(len(prompts))
+            self._sampling(params, derive_seed(params.seed, str(i))) for i in range(len(prompts))
         ]
         outputs = self.llm.generate(prompts, sampling, use_tqdm=False)
         return [_turn(output) for output in outputs]
 
     def submit(self, request_id: str, context: Sequence[int], params: SamplingParams) -> None:
         """Queue one turn in the running engine (the episode scheduler): continuous
-        batching starts decoding it at the next step, beside whatever is running."""
+        batching starts decoding it at the next step, beside whatever is running.
+        ``params.seed`` is this request's own (the scheduler derives one per turn)."""
         if self.sleeping:
             self.wake_up()
         self.llm.llm_engine.add_request(
             request_id,
             {"prompt_token_ids": list(context)},
-            self._sampling(params, request_seed(params.seed, request_id), final_only=True),
+            self._sampling(params, params.seed, final_only=True),
         )
 
     def poll(self) -> list[tuple[str, PolicyTurn]]:
@@ -140,17 +140,6 @@ class VLLMPolicy:
         reset = getattr(self.llm, "reset_prefix_cache", None)
         if reset is not None:
             reset()
-
-
-def request_seed(seed: int | None, request_id: str) -> int | None:
-    """A reproducible seed of its own for each request.
-
-    vLLM seeds every request's sampler from its ``SamplingParams.seed``: one
-    shared seed would make the G rollouts of a GRPO group identical (same
-    prompt, same random stream) and every advantage zero."""
-    if seed is None:
-        return None
-    return (seed * 1_000_003 + zlib.crc32(request_id.encode())) % (2**31 - 1)
 
 
 def _turn(output: Any) -> PolicyTurn:

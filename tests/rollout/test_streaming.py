@@ -206,3 +206,29 @@ def test_sampling_params_budget_is_per_episode(tiny_model):
     run_episodes(Recording(tok), FakePool(), [EpisodeJob(make_task())], settings, tok)
     assert seen[0] == 64 and all(b <= 64 for b in seen)
     assert seen[-1] < 64  # the last turn only gets what is left of the 100-token budget
+
+
+def test_each_request_gets_its_own_reproducible_seed(tiny_model):
+    """vLLM seeds each request from its SamplingParams: a shared seed would make the G
+    rollouts of a group sample the same tokens."""
+    _, tok = tiny_model
+
+    class Recording(ContextPolicy):
+        def __init__(self, tokenizer):
+            super().__init__(tokenizer)
+            self.seeds = []
+
+        def submit(self, request_id, context, params):
+            self.seeds.append((request_id.split("@")[0], params.seed))
+            super().submit(request_id, context, params)
+
+    runs = []
+    for _ in range(2):
+        policy = Recording(tok)
+        settings = RolloutSettings(scheduler="episode", sampling=SamplingParams(seed=7))
+        jobs = [EpisodeJob(make_task(), 1, s) for s in range(4)]
+        run_episodes(policy, FakePool(), jobs, settings, tok)
+        runs.append(sorted(policy.seeds))
+    assert runs[0] == runs[1]  # reproducible
+    values = [seed for _, seed in runs[0]]
+    assert len(values) == 4 * 3 and len(set(values)) == len(values)  # 4 episodes x 3 turns
