@@ -15,7 +15,7 @@ from pathlib import Path
 import typer
 
 
-def _tiny_model(root: Path, preset: str = "tiny", vocab_size: int = 0) -> str:
+def _random_model(root: Path, preset: str = "tiny", vocab_size: int = 0) -> str:
     """A random model of ``preset`` (its vocabulary padded to ``vocab_size`` if given)."""
     from spreadrl.models.init import init_model
     from spreadrl.models.tokenizer import default_corpus, train_tokenizer
@@ -47,7 +47,7 @@ def bench_rollout(
 
     console = Console()
     with tempfile.TemporaryDirectory(prefix="spreadrl-bench-") as tmp:
-        path = model or _tiny_model(Path(tmp))
+        path = model or _random_model(Path(tmp))
         lm, tok = load_model_and_tokenizer(path, device=device)
         task_set = resolve_tasks(tasks)
         pairs = task_set.episodes()

@@ -46,7 +46,7 @@ def bench_train(
 
     from spreadrl.bench.flops import peak_tflops as lookup_peak
     from spreadrl.bench.flops import train_flops_per_token
-    from spreadrl.bench.rollout import _tiny_model
+    from spreadrl.bench.rollout import _random_model
     from spreadrl.config import load_config
     from spreadrl.models.init import load_model_and_tokenizer
     from spreadrl.train.batching import Sample
@@ -60,7 +60,7 @@ def bench_train(
     device_name = torch.cuda.get_device_name(device) if cuda else "cpu"
     peak = peak_tflops or (lookup_peak(device_name) if cuda else None)
     with tempfile.TemporaryDirectory(prefix="spreadrl-bench-") as tmp:
-        path = model or _tiny_model(Path(tmp), preset, vocab_size)
+        path = model or _random_model(Path(tmp), preset, vocab_size)
         lm, tok = load_model_and_tokenizer(path, device=device)
         if gradient_checkpointing:
             lm.gradient_checkpointing_enable()

@@ -35,9 +35,9 @@ def delete_and_shift(wb: Any, ws: Any, axis: Axis, start: int, count: int) -> in
         ws.delete_cols(start, count)
     changed = 0
     for sheet in wb.worksheets:
-        for row in sheet.iter_rows():
-            for cell in row:
-                changed += _rewrite_cell(cell, sheet.title, ws.title, axis, start, count)
+        # existing cells only: iter_rows() would create every empty cell of the used area
+        for cell in list(sheet._cells.values()):
+            changed += _rewrite_cell(cell, sheet.title, ws.title, axis, start, count)
     _shift_merged(ws, axis, start, count)
     for name in list(_defined_names(wb)):
         if name.attr_text:
@@ -68,19 +68,18 @@ def shift_formula(
 
 def _rewrite_cell(cell: Any, home: str, target: str, axis: Axis, start: int, count: int) -> int:
     value = cell.value
-    if isinstance(value, str) and value.startswith("="):
-        new = shift_formula(value, home, target, axis, start, count)
-        if new != value:
-            cell.value = new
-            return 1
+    array = isinstance(getattr(value, "text", None), str)  # array formulas keep text on an object
+    text = value.text if array else value
+    if not isinstance(text, str):
         return 0
-    text = getattr(value, "text", None)  # array formulas keep their text on an object
-    if isinstance(text, str) and text.startswith("="):
-        new = shift_formula(text, home, target, axis, start, count)
-        if new != text:
-            value.text = new
-            return 1
-    return 0
+    new = shift_formula(text, home, target, axis, start, count)
+    if new == text:
+        return 0
+    if array:
+        value.text = new
+    else:
+        cell.value = new
+    return 1
 
 
 def _shift_operand(

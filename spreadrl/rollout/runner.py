@@ -15,7 +15,7 @@ import logging
 import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import Future
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Protocol
 
 from spreadrl.data.task import Task
@@ -336,17 +336,10 @@ def _generate(
 ) -> list[PolicyTurn]:
     if not token_level:
         return policy.act_messages(active, settings.sampling)
-    remaining = [settings.max_response_tokens - len(s.traj.response_ids) for s in active]
-    budget = max(1, min(settings.sampling.max_new_tokens, max(remaining)))
-    params = SamplingParams(
-        temperature=settings.sampling.temperature,
-        top_p=settings.sampling.top_p,
-        top_k=settings.sampling.top_k,
-        max_new_tokens=budget,
-        seed=settings.sampling.seed,
-    )
+    rooms = [turn_budget(s, settings) for s in active]
+    params = replace(settings.sampling, max_new_tokens=max(rooms))  # one call, one budget
     turns = policy.act([s.context_ids for s in active], params)
-    return [clip_turn(turn, room) for turn, room in zip(turns, remaining, strict=True)]
+    return [clip_turn(turn, room) for turn, room in zip(turns, rooms, strict=True)]
 
 
 def _record_turn(state: EpisodeState, turn: PolicyTurn, token_level: bool, tokenizer: Any) -> None:
