@@ -268,10 +268,14 @@ def take_observations(
     _check_budgets(state, settings)
 
 
+def episode_room(state: EpisodeState, settings: RolloutSettings) -> int:
+    """Tokens left in this episode's response budget; a longer turn is clipped to it."""
+    return settings.max_response_tokens - len(state.traj.response_ids)
+
+
 def turn_budget(state: EpisodeState, settings: RolloutSettings) -> int:
-    """Tokens this episode may still sample in its next turn."""
-    room = settings.max_response_tokens - len(state.traj.response_ids)
-    return max(1, min(settings.sampling.max_new_tokens, room))
+    """Tokens to ask the policy for in this episode's next turn."""
+    return max(1, min(settings.sampling.max_new_tokens, episode_room(state, settings)))
 
 
 def clip_turn(turn: PolicyTurn, room: int) -> PolicyTurn:
@@ -336,9 +340,11 @@ def _generate(
 ) -> list[PolicyTurn]:
     if not token_level:
         return policy.act_messages(active, settings.sampling)
-    rooms = [turn_budget(s, settings) for s in active]
-    params = replace(settings.sampling, max_new_tokens=max(rooms))  # one call, one budget
-    turns = policy.act([s.context_ids for s in active], params)
+    budget = max(turn_budget(s, settings) for s in active)  # one call, one budget
+    turns = policy.act(
+        [s.context_ids for s in active], replace(settings.sampling, max_new_tokens=budget)
+    )
+    rooms = [episode_room(s, settings) for s in active]
     return [clip_turn(turn, room) for turn, room in zip(turns, rooms, strict=True)]
 
 

@@ -29,6 +29,7 @@ from spreadrl.rollout.runner import (
     EpisodeState,
     RolloutSettings,
     clip_turn,
+    episode_room,
     finish_episode,
     take_observations,
     take_turn,
@@ -64,13 +65,12 @@ def run_streaming(
     in_tools: list[tuple[EpisodeState, list[Future[StepResult] | str]]] = []
 
     def queue_turn(state: EpisodeState) -> None:
-        room = turn_budget(state, settings)
         key = f"{state.job.episode_id}#{state.turns_taken}"
         seed = derive_seed(settings.sampling.seed, key)
-        params = replace(settings.sampling, max_new_tokens=room, seed=seed)
+        params = replace(settings.sampling, max_new_tokens=turn_budget(state, settings), seed=seed)
         request_id = f"{key}@{batch}"
         policy.submit(request_id, state.context_ids, params)
-        generating[request_id] = (state, room)
+        generating[request_id] = (state, episode_room(state, settings))
 
     def end(state: EpisodeState) -> None:
         finishing.append((state, finish_episode(pool, state, settings)))
