@@ -68,8 +68,19 @@ def _root(
         is_eager=True,
         help="Print versions and exit.",
     ),
+    verbose: bool = typer.Option(
+        False,
+        "--verbose",
+        "-v",
+        envvar="SPREADRL_VERBOSE",
+        help="Show third-party progress bars, warnings and logs (hidden by default).",
+    ),
 ) -> None:
     """Train and evaluate small language models as spreadsheet agents with RL."""
+    if not verbose:
+        from spreadrl.cli.console import quiet_third_party
+
+        quiet_third_party()
 
 
 def main() -> None:

@@ -201,7 +201,13 @@ class CheckpointConfig:
 
 @dataclass(frozen=True)
 class LoggingConfig:
-    tensorboard: bool = option(False, "Also write TensorBoard scalars.")
+    backends: list[Literal["jsonl", "tensorboard", "wandb", "trackio"]] = option(
+        ["jsonl"],
+        "Where metrics go; metrics.jsonl is always written. tensorboard, wandb and trackio "
+        "need the extra of the same name (WANDB_MODE=offline keeps wandb local).",
+    )
+    project: str = option("spreadrl", "Project name for wandb and trackio.")
+    run_name: str = option("", "Run name for wandb and trackio (empty = the run folder's name).")
     every_steps: int = option(1, "Print a line every N steps.")
 
 

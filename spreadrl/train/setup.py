@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import math
 import random
 from pathlib import Path
@@ -99,42 +98,15 @@ def build_scheduler(optimizer: Any, optim_cfg: Any, total_steps: int) -> Any:
     return torch.optim.lr_scheduler.LambdaLR(optimizer, factor)
 
 
-class MetricsLog:
-    """Append-only JSONL metrics, one object per step (and optional TensorBoard)."""
-
-    def __init__(self, path: Path, tensorboard: bool = False) -> None:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        self.path = path
-        self.writer = None
-        if tensorboard:
-            try:
-                from torch.utils.tensorboard import SummaryWriter
-
-                self.writer = SummaryWriter(str(path.parent / "tensorboard"))
-            except ImportError:
-                self.writer = None
-
-    def log(self, step: int, metrics: dict[str, Any]) -> None:
-        with self.path.open("a") as fh:
-            fh.write(json.dumps({"step": step, **metrics}, default=float) + "\n")
-        if self.writer is not None:
-            for key, value in metrics.items():
-                if isinstance(value, int | float):
-                    self.writer.add_scalar(key, value, step)
-
-    def close(self) -> None:
-        if self.writer is not None:
-            self.writer.close()
-
-
 class Run:
     """What the SFT and GRPO recipes set up alike: the run folder, the process group,
     the resume point, and checkpoints (every N steps, and on Ctrl-C)."""
 
     def __init__(self, cfg: Any, console: Any, *, seed_per_rank: bool = False) -> None:
-        from spreadrl.config import dump_config
+        from spreadrl.config import config_to_dict, dump_config
         from spreadrl.train.checkpoint import latest_checkpoint
         from spreadrl.train.distributed import init_distributed
+        from spreadrl.train.tracking import build_metrics_log
 
         self.cfg = cfg
         self.console = console
@@ -148,8 +120,8 @@ class Run:
             Path(cfg.checkpoint.dir) if cfg.checkpoint.dir else self.out / "checkpoints"
         )
         self.resume_from = latest_checkpoint(self.ckpt_root)
-        self.metrics = MetricsLog(
-            self.out / "metrics.jsonl", tensorboard=cfg.logging.tensorboard and self.info.is_main
+        self.metrics = build_metrics_log(
+            cfg.logging, self.out, config_to_dict(cfg), main=self.info.is_main
         )
 
     def build_model(self) -> tuple[Any, Any]:
