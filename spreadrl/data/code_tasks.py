@@ -4,7 +4,7 @@ A problem is a :class:`spreadrl.data.task.Task` so the agent loop, eval and the
 trainer handle it like a spreadsheet task: ``source`` is "math" or "code" (and so is
 ``instruction_type``), ``instruction`` is the problem text, ``family`` names the
 dataset it came from, and ``metadata`` holds what grading needs: ``answer`` (math) or
-``tests`` (code, canonical :class:`spreadrl.env.answers.CodeTests` JSON), plus an
+``tests`` (code, canonical :class:`spreadrl.data.code_tests.CodeTests` JSON), plus an
 optional ``reference_solution`` (a final answer text that passes). There is no
 workbook: every problem has one case, index 1, whose paths name the file the problem
 came from.
@@ -15,7 +15,7 @@ TACO and LeetCodeDataset) one JSON object per line::
     {"id": "...", "source": "deepscaler", "problem": "...", "answer": "..."}
     {"id": "...", "source": "taco", "problem": "...", "tests": {...}}
 
-``tests`` may be any form :func:`spreadrl.env.answers.normalize_tests` accepts;
+``tests`` may be any form :func:`spreadrl.data.code_tests.normalize_tests` accepts;
 optional fields: ``kind`` ("math" | "code", when both answer and tests are given),
 ``difficulty``, ``reference_solution``.
 
@@ -32,6 +32,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from spreadrl.data.code_tests import normalize_tests
 from spreadrl.data.task import Task, TaskCase, TaskSet
 from spreadrl.errors import TaskFormatError
 
@@ -55,8 +56,6 @@ def make_problem_task(
     path: Path = BUILTIN_ROOT,
 ) -> Task:
     """A math (``answer``) or code (``tests``) problem as a Task; tests are validated."""
-    from spreadrl.env.answers import normalize_tests
-
     metadata: dict[str, Any] = {}
     if kind == MATH:
         if answer is None or not str(answer).strip():

@@ -76,7 +76,8 @@ class StructureFilter:
         self.engine = engine
 
     def check(self, task: Task) -> str | None:
-        from spreadrl.env.checker import AnswerPositionError, check_workbook, parse_answer_position
+        from spreadrl.cells import AnswerPositionError, parse_answer_position
+        from spreadrl.env.checker import check_workbook
         from spreadrl.env.recalc.values import load_values
 
         try:
@@ -118,12 +119,8 @@ class ReproducibleFilter:
         self.max_cells = max_cells
 
     def check(self, task: Task) -> str | None:
-        from spreadrl.env.checker import (
-            column_name,
-            parse_answer_position,
-            range_cells,
-            values_match,
-        )
+        from spreadrl.cells import column_name, parse_answer_position, range_cells
+        from spreadrl.env.checker import values_match
         from spreadrl.env.recalc.values import ENGINE_FAILURE_VALUES, load_values
 
         for case in task.cases:

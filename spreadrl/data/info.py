@@ -9,7 +9,6 @@ non-empty cells of every input workbook opens each one, so it is opt-in
 from __future__ import annotations
 
 import logging
-import re
 from collections import Counter
 from typing import Any
 
@@ -17,19 +16,12 @@ from spreadrl.data.task import Task, TaskSet
 
 log = logging.getLogger(__name__)
 
-_RANGE = re.compile(r"^([A-Z]{1,3})?(\d+)?(?::([A-Z]{1,3})?(\d+)?)?$")
-
-
-def _column_number(name: str) -> int:
-    number = 0
-    for char in name:
-        number = number * 26 + ord(char) - 64
-    return number
-
 
 def _answer_cells(task: Task) -> int | None:
     """Cells the checker compares, or None when a column/row-only range makes it data-dependent."""
-    from spreadrl.env.checker import AnswerPositionError, parse_answer_position
+    from openpyxl.utils.cell import range_boundaries
+
+    from spreadrl.cells import AnswerPositionError, parse_answer_position
 
     total = 0
     try:
@@ -37,18 +29,10 @@ def _answer_cells(task: Task) -> int | None:
     except AnswerPositionError:
         return None
     for _, cell_range in references:
-        match = _RANGE.match(cell_range)
-        if not match:
+        min_col, min_row, max_col, max_row = range_boundaries(cell_range)
+        if min_col is None or min_row is None or max_col is None or max_row is None:
             return None
-        c1, r1, c2, r2 = match.groups()
-        if ":" not in cell_range:
-            total += 1
-            continue
-        if not (c1 and r1 and c2 and r2):
-            return None
-        rows = abs(int(r2) - int(r1)) + 1
-        columns = abs(_column_number(c2) - _column_number(c1)) + 1
-        total += rows * columns
+        total += (max_row - min_row + 1) * (max_col - min_col + 1)
     return total
 
 

@@ -251,7 +251,7 @@ def load_tasks(root: str | Path, *, skip_bad: bool = False, validate: bool = Tru
             if task.id in seen:
                 raise TaskFormatError(f"{index_path}: duplicate task id {task.id!r}")
             if validate:
-                from spreadrl.env.checker import AnswerPositionError, parse_answer_position
+                from spreadrl.cells import AnswerPositionError, parse_answer_position
 
                 try:
                     parse_answer_position(task.answer_position)

@@ -23,12 +23,12 @@ import re
 import secrets
 import tempfile
 import threading
-from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from spreadrl.errors import TaskFormatError
+# the test format is part of the task format (data layer); re-exported here
+from spreadrl.data.code_tests import CodeTests, normalize_tests  # noqa: F401
 
 log = logging.getLogger(__name__)
 
@@ -186,88 +186,6 @@ def extract_code(text: str | None) -> str | None:
     blocks = [(lang.lower(), body) for lang, body in _CODE_BLOCK_RE.findall(text)]
     python = [body for lang, body in blocks if lang in ("python", "py", "python3", "")]
     return python[-1].strip("\n") + "\n" if python else None
-
-
-@dataclass(frozen=True)
-class CodeTests:
-    """A problem's tests in one canonical form.
-
-    kind "stdio": ``cases`` of {"input", "output"} (TACO, Codeforces style);
-    kind "call": ``fn_name`` and ``cases`` of {"args", "expected"} (TACO call-based;
-    a method of ``class Solution`` is found too); kind "assert": ``code`` run after
-    the solution, with ``entry_point`` passed to ``check(...)`` when the code defines
-    it (LeetCodeDataset), and an optional ``prelude`` (imports) placed first.
-    """
-
-    kind: str
-    cases: tuple[Mapping[str, Any], ...] = ()
-    fn_name: str | None = None
-    code: str = ""
-    entry_point: str | None = None
-    prelude: str = ""
-
-    def to_json(self) -> dict[str, Any]:
-        return {
-            "kind": self.kind,
-            "cases": [dict(c) for c in self.cases],
-            "fn_name": self.fn_name,
-            "code": self.code,
-            "entry_point": self.entry_point,
-            "prelude": self.prelude,
-        }
-
-
-def normalize_tests(raw: Any, where: str = "tests") -> CodeTests:
-    """Accept the test formats of the sources and of our JSONL files (see CodeTests).
-
-    Forms: a CodeTests; {"kind": ...} (our own); TACO's {"inputs": [...], "outputs":
-    [...], "fn_name"?}; a list of {"input", "output"}; a string of assert code.
-    """
-    if isinstance(raw, CodeTests):
-        return raw
-    if isinstance(raw, str):
-        if not raw.strip():
-            raise TaskFormatError(f"{where}: empty test code")
-        return CodeTests(kind="assert", code=raw)
-    if isinstance(raw, list):
-        raw = {"kind": "stdio", "cases": raw}
-    if not isinstance(raw, Mapping):
-        raise TaskFormatError(f"{where}: expected an object, a list or a string, got {raw!r:.80}")
-    if "inputs" in raw and "outputs" in raw:
-        ins, outs = list(raw["inputs"]), list(raw["outputs"])
-        if len(ins) != len(outs) or not ins:
-            raise TaskFormatError(f"{where}: inputs and outputs must be non-empty, same length")
-        if raw.get("fn_name"):
-            cases = [{"args": a, "expected": e} for a, e in zip(ins, outs, strict=True)]
-            return CodeTests(kind="call", cases=tuple(cases), fn_name=str(raw["fn_name"]))
-        cases = [{"input": _join(a), "output": _join(e)} for a, e in zip(ins, outs, strict=True)]
-        return CodeTests(kind="stdio", cases=tuple(cases))
-    kind = raw.get("kind")
-    if kind == "assert":
-        if not str(raw.get("code") or "").strip():
-            raise TaskFormatError(f"{where}: assert tests need non-empty 'code'")
-        return CodeTests(
-            kind="assert",
-            code=str(raw["code"]),
-            entry_point=raw.get("entry_point"),
-            prelude=str(raw.get("prelude") or ""),
-        )
-    if kind in ("stdio", "call"):
-        cases = tuple(dict(c) for c in raw.get("cases") or ())
-        need = ("input", "output") if kind == "stdio" else ("args", "expected")
-        if not cases or any(not all(k in c for k in need) for c in cases):
-            raise TaskFormatError(f"{where}: {kind} tests need cases with {' and '.join(need)}")
-        if kind == "call" and not raw.get("fn_name"):
-            raise TaskFormatError(f"{where}: call tests need 'fn_name'")
-        return CodeTests(kind=kind, cases=cases, fn_name=raw.get("fn_name"))
-    raise TaskFormatError(
-        f"{where}: unknown test format (kind {kind!r}); use kind stdio, call or assert, "
-        "or TACO's inputs/outputs"
-    )
-
-
-def _join(value: Any) -> str:
-    return "\n".join(map(str, value)) if isinstance(value, list) else str(value)
 
 
 @dataclass(frozen=True)

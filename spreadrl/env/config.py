@@ -10,6 +10,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal
 
+from spreadrl.config import option
+
 
 @dataclass(frozen=True)
 class EnvConfig:
@@ -51,3 +53,16 @@ class EnvConfig:
     """When set, finish copies the output workbook here as ``{n}_{id}_output.xlsx``."""
     keep_workdir: bool = False
     """Keep the episode folder after finish/close (debugging)."""
+
+
+@dataclass(frozen=True)
+class EnvSettings:
+    kind: Literal["spreadsheet", "code"] = option(
+        "spreadsheet", "Which environment: the gym or math/code."
+    )
+    tools: list[str] = option(["full"], "Tool preset (minimal | full) or a list of tool names.")
+    max_tool_calls: int = option(20, "Tool calls allowed per episode.")
+    max_observation_chars: int = option(8000, "Observations are cut to this many characters.")
+    overview: Literal["none", "short", "full"] = option(
+        "short", "Workbook overview in the first turn."
+    )

@@ -11,13 +11,12 @@ import functools
 from collections.abc import Callable, Sequence
 from typing import Any
 
+from spreadrl.env.config import EnvSettings
 from spreadrl.env.pool import EnvPool, InlineEnvPool
 
 
-def _settings(env: Any) -> Any:
-    """A config section (spreadrl.train.config.EnvSettings), a preset name, or tool names."""
-    from spreadrl.train.config import EnvSettings
-
+def _settings(env: EnvSettings | str | Sequence[str]) -> EnvSettings:
+    """A config section (the recipe's ``env``), a preset name, or tool names."""
     if isinstance(env, EnvSettings):
         return env
     if isinstance(env, str):

@@ -24,7 +24,7 @@ from dataclasses import replace
 from typing import Any, Protocol
 
 from spreadrl.env.types import EpisodeResult, StepResult
-from spreadrl.rollout.runner import (
+from spreadrl.rollout.episode import (
     EnvPoolLike,
     EpisodeState,
     RolloutSettings,

@@ -2,8 +2,9 @@
 
 Presets in ``configs/`` set these from YAML; any key can be overridden on the
 command line (``spreadrl grpo --config configs/tiny-cpu.yaml optim.lr=2e-6``).
-``python -m spreadrl.config`` prints every key with its type, default and help
-(the tables in docs/config.md).
+``spreadrl config keys`` prints every key with its type, default and help
+(the tables in docs/config.md); ``spreadrl config show RECIPE [overrides]``
+prints a recipe's resolved config.
 """
 
 from __future__ import annotations
@@ -11,7 +12,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal
 
-from spreadrl.config import option, section
+from spreadrl.config import config_table, option, section
+from spreadrl.env.config import EnvSettings
 from spreadrl.errors import ConfigError
 
 
@@ -71,19 +73,6 @@ class RolloutConfig:
             raise ConfigError(
                 f"rollout.group_size must be at least 2 for GRPO, got {self.group_size}"
             )
-
-
-@dataclass(frozen=True)
-class EnvSettings:
-    kind: Literal["spreadsheet", "code"] = option(
-        "spreadsheet", "Which environment: the gym or math/code."
-    )
-    tools: list[str] = option(["full"], "Tool preset (minimal | full) or a list of tool names.")
-    max_tool_calls: int = option(20, "Tool calls allowed per episode.")
-    max_observation_chars: int = option(8000, "Observations are cut to this many characters.")
-    overview: Literal["none", "short", "full"] = option(
-        "short", "Workbook overview in the first turn."
-    )
 
 
 @dataclass(frozen=True)
@@ -262,7 +251,19 @@ class SFTConfig:
     device: str = option("auto", "cpu, cuda, or auto.")
 
 
-if __name__ == "__main__":
-    from spreadrl.config import main
+RECIPES: dict[str, type] = {"grpo": GRPOConfig, "sft": SFTConfig}
+"""The config class of each recipe command, by command name."""
 
-    main()
+
+def config_tables() -> str:
+    """Markdown tables of every recipe's keys: path, type, default, help (docs/config.md)."""
+    out = []
+    for command, cls in RECIPES.items():
+        out.append(f"## `spreadrl {command}` ({cls.__name__})\n\n{config_table(cls)}\n")
+    return "\n".join(out)
+
+
+if __name__ == "__main__":
+    import sys
+
+    sys.stdout.write(config_tables())

@@ -132,7 +132,7 @@ def is_xlsx_bytes_file(path: Path) -> bool:
 
 def check_answer_position(text: Any, task_id: str, where: str) -> str:
     """The answer_position as given, after checking that it parses."""
-    from spreadrl.env.checker import AnswerPositionError, parse_answer_position
+    from spreadrl.cells import AnswerPositionError, parse_answer_position
 
     if not isinstance(text, str) or not text.strip():
         raise TaskFormatError(f"{where}: task {task_id!r} has no answer_position")
@@ -169,7 +169,7 @@ def infer_instruction_type(answer_position: str) -> str:
     (``A:G``), or a multi-column block anchored at A1 (a whole table); anything
     else (single cells, a column of results) is cell-level.
     """
-    from spreadrl.env.checker import parse_answer_position
+    from spreadrl.cells import parse_answer_position
 
     references = parse_answer_position(answer_position)
     if len({sheet for sheet, _ in references}) > 1:

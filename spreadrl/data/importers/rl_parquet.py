@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from spreadrl.data.importers.common import check_task_id, write_task, writer
-from spreadrl.data.importers.spreadsheet_rl import task_fields
+from spreadrl.data.importers.rl_record import task_fields
 from spreadrl.data.task import Task
 from spreadrl.errors import MissingDependencyError, SpreadrlError, TaskFormatError
 

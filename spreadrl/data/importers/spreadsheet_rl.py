@@ -23,54 +23,19 @@ from typing import Any
 
 from spreadrl.data.importers.common import (
     ImportReport,
-    check_answer_position,
     check_paths,
     check_task_id,
     check_xlsx,
     copier,
-    infer_instruction_type,
-    normalize_instruction_type,
     run_import,
     write_task,
 )
+from spreadrl.data.importers.rl_record import SOURCE, task_fields
 from spreadrl.data.task import Task
 from spreadrl.errors import SpreadrlError, TaskFormatError
 
-SOURCE = "spreadsheet-rl"
-INSTRUCTION_KEYS = ("instruction", "question", "query")
 INPUT_NAMES = ("input.xlsx", "init.xlsx")
 ANSWER_NAMES = ("target.xlsx", "answer.xlsx", "golden.xlsx")
-
-
-def first_key(record: dict[str, Any], keys: tuple[str, ...]) -> Any:
-    for key in keys:
-        if record.get(key) not in (None, ""):
-            return record[key]
-    return None
-
-
-def task_fields(
-    record: dict[str, Any], task_id: str, where: str, *, metadata: dict[str, Any]
-) -> dict[str, Any]:
-    """Task fields from one Spreadsheet-RL record (instruction.json or a parquet row)."""
-    instruction = first_key(record, INSTRUCTION_KEYS)
-    if not isinstance(instruction, str) or not instruction.strip():
-        raise TaskFormatError(
-            f"{where}: task {task_id!r} has no instruction (looked for {', '.join(INSTRUCTION_KEYS)})"
-        )
-    answer_position = check_answer_position(record.get("answer_position"), task_id, where)
-    if record.get("instruction_type"):
-        instruction_type = normalize_instruction_type(record["instruction_type"], task_id, where)
-        type_source = "given"
-    else:
-        instruction_type, type_source = infer_instruction_type(answer_position), "inferred"
-    return {
-        "instruction": instruction,
-        "instruction_type": instruction_type,
-        "answer_position": answer_position,
-        "source": SOURCE,
-        "metadata": {**metadata, "instruction_type_source": type_source},
-    }
 
 
 def _read_instruction(path: Path) -> dict[str, Any]:

@@ -166,11 +166,9 @@ def _aggregate(funcs: tuple[str, ...]):
 
 
 def _col(cell: str) -> int:
-    letters = "".join(ch for ch in cell if ch.isalpha())
-    number = 0
-    for ch in letters:
-        number = number * 26 + ord(ch) - 64
-    return number
+    from openpyxl.utils.cell import column_index_from_string, coordinate_from_string
+
+    return column_index_from_string(coordinate_from_string(cell)[0])
 
 
 def _row(cell: str) -> int:

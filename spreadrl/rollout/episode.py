@@ -1,0 +1,358 @@
+"""One episode of the agent loop, step by step: the records and the moves both schedulers share.
+
+:mod:`spreadrl.rollout.runner` (turn scheduler) and
+:mod:`spreadrl.rollout.streaming` (episode scheduler) drive many episodes at
+once; what happens to one episode lives here: start it (render the prompt),
+record a sampled turn and start its tool calls, append the observations as
+tokens with loss mask 0, apply the budgets, and finish it (score). Keeping
+these apart from both drivers keeps imports one way (runner -> streaming ->
+episode) instead of a cycle.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Sequence
+from concurrent.futures import Future
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+from spreadrl.data.task import Task
+from spreadrl.env.types import EpisodeResult, Observation, StepResult
+from spreadrl.errors import ConfigError
+from spreadrl.rollout.types import PolicyTurn, SamplingParams, Trajectory
+
+log = logging.getLogger(__name__)
+
+DEFAULT_SYSTEM_PROMPT = (
+    "You are a spreadsheet agent. A workbook is open for you to edit with the tools below. "
+    "Call one tool at a time. When the task is done, reply with a short final answer "
+    "and no tool call."
+)
+
+
+_TURN_END_MARKERS = ("<|im_end|>", "<|endoftext|>")
+SCHEDULERS = ("auto", "turn", "episode")
+
+
+class EnvPoolLike(Protocol):
+    """What the loop needs from spreadrl.env.pool's pools."""
+
+    def reset(self, episode_id: str, task: Task, case: int) -> Future[Observation]: ...
+
+    def step(self, episode_id: str, call: Any) -> Future[StepResult]: ...
+
+    def finish(self, episode_id: str, **kwargs: Any) -> Future[EpisodeResult]: ...
+
+
+@dataclass(frozen=True)
+class RolloutSettings:
+    """Budgets and sampling for one batch of episodes."""
+
+    sampling: SamplingParams = field(default_factory=SamplingParams)
+    max_turns: int = 20
+    max_response_tokens: int = 4096
+    max_tool_response_tokens: int = 1024
+    max_calls_per_turn: int = 1
+    max_prompt_tokens: int = 0  # 0 = no limit; longer prompts end at once, untrained
+    episode_wall_time_s: float = 600.0
+    system_prompt: str = DEFAULT_SYSTEM_PROMPT
+    keep_outputs_dir: str | None = None
+    # "turn": one batched generation per round, every episode waits for the slowest;
+    # "episode": each episode's next turn is queued as soon as its tools return
+    # (needs a policy with submit/poll, i.e. vLLM); "auto" picks "episode" when it can
+    scheduler: str = "auto"
+
+    def __post_init__(self) -> None:
+        if self.scheduler not in SCHEDULERS:
+            raise ConfigError(
+                f"unknown rollout scheduler {self.scheduler!r}; choose one of {', '.join(SCHEDULERS)}"
+            )
+
+
+@dataclass(frozen=True)
+class EpisodeJob:
+    """One episode to run: a task case and which sample of it this is."""
+
+    task: Task
+    case: int = 1
+    sample: int = 0
+
+    @property
+    def episode_id(self) -> str:
+        return f"{self.task.id}/{self.case}/{self.sample}"
+
+
+@dataclass
+class EpisodeState:
+    """The loop's running view of one episode."""
+
+    job: EpisodeJob
+    traj: Trajectory
+    tool_names: list[str]
+    tools: list[dict[str, Any]]
+    started: float
+    turns_taken: int = 0
+    done: bool = False
+
+    @property
+    def task(self) -> Task:
+        return self.job.task
+
+    @property
+    def case(self) -> int:
+        return self.job.case
+
+    @property
+    def messages(self) -> list[dict[str, Any]]:
+        return self.traj.messages
+
+    @property
+    def context_ids(self) -> list[int]:
+        return self.traj.prompt_ids + self.traj.response_ids
+
+    def end(self, reason: str) -> None:
+        self.done = True
+        self.traj.stop_reason = reason
+
+
+def user_message(obs: Observation) -> str:
+    """The first user turn: the instruction, then the workbook overview if any."""
+    if obs.workbook_overview:
+        return f"{obs.instruction}\n\n{obs.workbook_overview}"
+    return obs.instruction
+
+
+def take_turn(
+    state: EpisodeState,
+    turn: PolicyTurn,
+    pool: EnvPoolLike,
+    settings: RolloutSettings,
+    token_level: bool,
+    tokenizer: Any,
+) -> list[Future[StepResult] | str]:
+    """Record a sampled turn and start its tool calls; the episode ends on a plain answer.
+
+    Returns what the turn's observations will come from: tool futures, or
+    error strings for calls that could not be parsed."""
+    from spreadrl.rollout.parsing import parse_assistant_turn
+
+    _record_turn(state, turn, token_level, tokenizer)
+    parsed = parse_assistant_turn(
+        turn.text, state.tool_names, max_calls=settings.max_calls_per_turn
+    )
+    if parsed.errors:
+        state.traj.parse_errors += len(parsed.errors)
+        return [f"Error: {e}" for e in parsed.errors]
+    if parsed.tool_calls:
+        state.traj.tool_calls += len(parsed.tool_calls)
+        return [pool.step(state.job.episode_id, call) for call in parsed.tool_calls]
+    state.end("answered" if turn.finish_reason == "stop" else "max_response_tokens")
+    return []
+
+
+def take_observations(
+    state: EpisodeState,
+    items: list[Future[StepResult] | str],
+    settings: RolloutSettings,
+    token_level: bool,
+    tokenizer: Any,
+) -> None:
+    """Append a turn's tool results (waiting for them) and apply the episode budgets."""
+    observations: list[str] = []
+    for item in items:
+        if isinstance(item, str):
+            observations.append(item)
+            continue
+        try:
+            result = item.result()
+        except Exception as exc:  # a crashed worker fails only this episode
+            state.traj.error = f"{type(exc).__name__}: {exc}"
+            state.end("error")
+            return
+        if not result.ok:
+            state.traj.tool_errors += 1
+        observations.append(result.observation)
+        if result.truncated:
+            state.end("max_tool_calls")
+    _record_observations(state, observations, settings, token_level, tokenizer)
+    _check_budgets(state, settings)
+
+
+def episode_room(state: EpisodeState, settings: RolloutSettings) -> int:
+    """Tokens left in this episode's response budget; a longer turn is clipped to it."""
+    return settings.max_response_tokens - len(state.traj.response_ids)
+
+
+def turn_budget(state: EpisodeState, settings: RolloutSettings) -> int:
+    """Tokens to ask the policy for in this episode's next turn."""
+    return max(1, min(settings.sampling.max_new_tokens, episode_room(state, settings)))
+
+
+def clip_turn(turn: PolicyTurn, room: int) -> PolicyTurn:
+    """Cut a turn that overran the episode's token budget (batched calls share one budget)."""
+    if turn.token_ids is not None and len(turn.token_ids) > room:
+        turn.token_ids = turn.token_ids[:room]
+        turn.logprobs = (turn.logprobs or [])[:room]
+        turn.finish_reason = "length"
+    return turn
+
+
+def start_episodes(
+    pool: EnvPoolLike, jobs: Sequence[EpisodeJob], settings: RolloutSettings, tokenizer: Any
+) -> list[EpisodeState]:
+    from spreadrl.rollout.chat import render_prompt_ids
+
+    futures = [pool.reset(job.episode_id, job.task, job.case) for job in jobs]
+    states = []
+    for job, future in zip(jobs, futures, strict=True):
+        traj = Trajectory(
+            task_id=job.task.id,
+            case=job.case,
+            sample=job.sample,
+            messages=[],
+            metadata={
+                "family": job.task.family,
+                "difficulty": job.task.difficulty,
+                "instruction_type": job.task.instruction_type,
+            },
+        )
+        try:
+            obs = future.result()
+        except Exception as exc:
+            traj.error = f"{type(exc).__name__}: {exc}"
+            state = EpisodeState(job, traj, [], [], time.monotonic())
+            state.end("error")
+            states.append(state)
+            continue
+        traj.messages.extend(
+            [
+                # an environment may bring its own system prompt (the math/code env does)
+                {
+                    "role": "system",
+                    "content": obs.info.get("system_prompt") or settings.system_prompt,
+                },
+                {"role": "user", "content": user_message(obs)},
+            ]
+        )
+        names = [t["function"]["name"] for t in obs.tool_schemas]
+        traj.tools = list(obs.tool_schemas)
+        if tokenizer is not None:
+            traj.prompt_ids = render_prompt_ids(tokenizer, traj.messages, obs.tool_schemas)
+        state = EpisodeState(job, traj, names, obs.tool_schemas, time.monotonic())
+        if settings.max_prompt_tokens and len(traj.prompt_ids) > settings.max_prompt_tokens:
+            state.end("prompt_too_long")
+        states.append(state)
+    return states
+
+
+def _record_turn(state: EpisodeState, turn: PolicyTurn, token_level: bool, tokenizer: Any) -> None:
+    from spreadrl.rollout.chat import assistant_end_ids
+
+    state.turns_taken += 1
+    traj = state.traj
+    traj.turns += 1
+    text = turn.text
+    if token_level and turn.token_ids is not None:
+        traj.response_ids.extend(turn.token_ids)
+        traj.response_mask.extend([1] * len(turn.token_ids))
+        lps = turn.logprobs or [0.0] * len(turn.token_ids)
+        traj.rollout_logprobs.extend(lps)
+        if turn.finish_reason != "stop":
+            closing = assistant_end_ids(tokenizer)
+            traj.response_ids.extend(closing)
+            traj.response_mask.extend([0] * len(closing))
+            traj.rollout_logprobs.extend([0.0] * len(closing))
+        text = tokenizer.decode(turn.token_ids, skip_special_tokens=False)
+        for marker in _TURN_END_MARKERS:
+            text = text.replace(marker, "")
+    traj.messages.append({"role": "assistant", "content": text})
+    turn.text = text
+
+
+def _truncate_observation(text: str, settings: RolloutSettings, tokenizer: Any) -> str:
+    limit = settings.max_tool_response_tokens
+    marker = "\n...[truncated: tool response over the token budget]"
+    if tokenizer is None:
+        return text if len(text) <= 4 * limit else text[: 4 * limit] + marker
+    ids = tokenizer.encode(text, add_special_tokens=False)
+    return text if len(ids) <= limit else tokenizer.decode(ids[:limit]) + marker
+
+
+def _record_observations(
+    state: EpisodeState,
+    observations: list[str],
+    settings: RolloutSettings,
+    token_level: bool,
+    tokenizer: Any,
+) -> None:
+    from spreadrl.rollout.chat import tool_response_ids
+
+    observations = [
+        _truncate_observation(o, settings, tokenizer if token_level else None) for o in observations
+    ]
+    for obs in observations:
+        state.traj.messages.append({"role": "tool", "content": obs})
+    if token_level:
+        ids = tool_response_ids(tokenizer, observations)
+        state.traj.response_ids.extend(ids)
+        state.traj.response_mask.extend([0] * len(ids))
+        state.traj.rollout_logprobs.extend([0.0] * len(ids))
+
+
+def _check_budgets(state: EpisodeState, settings: RolloutSettings) -> None:
+    if state.done:
+        return
+    if state.turns_taken >= settings.max_turns:
+        state.end("max_turns")
+    elif len(state.traj.response_ids) >= settings.max_response_tokens:
+        state.end("max_response_tokens")
+    elif time.monotonic() - state.started > settings.episode_wall_time_s:
+        state.end("wall_time")
+
+
+def finish_episode(
+    pool: EnvPoolLike, state: EpisodeState, settings: RolloutSettings
+) -> Future[EpisodeResult]:
+    final = next(
+        (m["content"] for m in reversed(state.traj.messages) if m["role"] == "assistant"), None
+    )
+    kwargs: dict[str, Any] = {"final_answer": final}
+    if settings.keep_outputs_dir is not None:
+        out = f"{settings.keep_outputs_dir}/{state.task.output_name(state.case)}"
+        if state.job.sample:
+            out = f"{settings.keep_outputs_dir}/sample{state.job.sample}/{state.task.output_name(state.case)}"
+        kwargs["output_path"] = out
+    return pool.finish(state.job.episode_id, **kwargs)
+
+
+def apply_result(state: EpisodeState, future: Future[EpisodeResult]) -> None:
+    traj = state.traj
+    try:
+        result = future.result()
+    except Exception as exc:
+        traj.error = traj.error or f"{type(exc).__name__}: {exc}"
+        traj.stop_reason = "error"
+        traj.reward, traj.passed = 0.0, False
+        return
+    traj.reward = float(result.reward)
+    traj.passed = bool(result.passed)
+    traj.mismatches = [
+        {
+            "sheet": m.sheet,
+            "cell": m.cell,
+            "expected": _jsonable(m.expected),
+            "actual": _jsonable(m.actual),
+            "reason": m.reason,
+        }
+        for m in result.mismatches[:50]
+    ]
+    traj.metadata["output_path"] = result.output_path
+    traj.timings["wall_s"] = time.monotonic() - state.started
+
+
+def _jsonable(value: Any) -> Any:
+    if value is None or isinstance(value, str | int | float | bool):
+        return value
+    return str(value)
