@@ -257,19 +257,6 @@ def config_table(cls: type) -> str:
     return "\n".join(lines)
 
 
-def main(argv: Sequence[str] | None = None) -> None:
-    """``python -m spreadrl.config``: print the key tables of the recipes' configs."""
-    import sys
-
-    from spreadrl.train.config import GRPOConfig, SFTConfig
-
-    del argv
-    out = []
-    for cls, command in ((GRPOConfig, "spreadrl grpo"), (SFTConfig, "spreadrl sft")):
-        out.append(f"## `{command}` ({cls.__name__})\n\n{config_table(cls)}\n")
-    sys.stdout.write("\n".join(out))
-
-
 __all__ = [
     "load_config",
     "dump_config",
@@ -281,7 +268,3 @@ __all__ = [
     "parse_override",
     "section",
 ]
-
-
-if __name__ == "__main__":
-    main()

@@ -12,7 +12,7 @@ import typer
 from rich.console import Console
 
 from spreadrl import __version__
-from spreadrl.cli import bench, check, data, demo, env, eval, grpo, merge, model, serve, sft
+from spreadrl.cli import bench, check, config, data, demo, env, eval, grpo, merge, model, serve, sft
 from spreadrl.errors import SpreadrlError
 
 app = typer.Typer(
@@ -27,6 +27,7 @@ app.add_typer(env.app, name="env")
 app.add_typer(model.app, name="model")
 app.add_typer(bench.app, name="bench")
 app.add_typer(eval.app, name="eval")
+app.add_typer(config.app, name="config")
 app.command("check")(check.check)
 app.command("sft")(sft.sft)
 app.command("grpo")(grpo.grpo)

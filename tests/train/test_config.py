@@ -125,4 +125,4 @@ def test_every_key_has_help_text(cls):
 def test_docs_key_tables_match_the_dataclasses():
     docs = (CONFIGS.parent / "docs" / "config.md").read_text()
     for cls in (GRPOConfig, SFTConfig):
-        assert config_table(cls) in docs, "regenerate docs/config.md: python -m spreadrl.config"
+        assert config_table(cls) in docs, "regenerate docs/config.md: spreadrl config keys"

@@ -1,0 +1,44 @@
+"""`spreadrl config`: print a recipe's resolved config, or every key of every recipe."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import typer
+
+app = typer.Typer(
+    help="Show recipe configs: `show` resolves a YAML recipe with overrides; `keys` lists keys.",
+    no_args_is_help=True,
+)
+
+
+@app.command("show")
+def show(
+    recipe: Path = typer.Argument(..., help="YAML recipe (see configs/)."),
+    overrides: list[str] = typer.Argument(None, help="Dotted overrides, e.g. optim.lr=2e-6."),
+    kind: str = typer.Option("grpo", "--kind", help="Which recipe's config: grpo or sft."),
+) -> None:
+    """Print the resolved config: the recipe's values, the overrides, and every default.
+
+    Examples:
+
+      spreadrl config show configs/tiny-cpu.yaml
+
+      spreadrl config show configs/spreadsheet-rl-4b.yaml rollout.max_turns=8
+    """
+    from spreadrl.config import dump_config, load_config
+    from spreadrl.errors import ConfigError
+    from spreadrl.train.config import RECIPES
+
+    if kind not in RECIPES:
+        raise ConfigError(f"--kind {kind!r}: choose one of {', '.join(RECIPES)}")
+    cfg = load_config(RECIPES[kind], recipe, overrides or [])
+    typer.echo(dump_config(cfg), nl=False)
+
+
+@app.command("keys")
+def keys() -> None:
+    """Print every key of every recipe (type, default, help) as Markdown tables."""
+    from spreadrl.train.config import config_tables
+
+    typer.echo(config_tables(), nl=False)
