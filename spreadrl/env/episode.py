@@ -20,6 +20,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from spreadrl.env.cell_changes import CellChangeTracker
 from spreadrl.env.config import EnvConfig
 from spreadrl.env.tools import ToolContext, ToolError, resolve_tools
 from spreadrl.env.types import EpisodeResult, Observation, StepResult, ToolCall
@@ -50,6 +51,7 @@ class SpreadsheetEnv:
         self.stop_reason: str | None = None
         self.started = time.monotonic()
         self.tool_time: dict[str, list[float]] = {}
+        self.cell_changes = CellChangeTracker()  # what each call changed, for run viewers
 
     # ---- episode -----------------------------------------------------------
     def reset(self, task: Any, case: int = 1, output_path: str | Path | None = None) -> Observation:
@@ -106,6 +108,7 @@ class SpreadsheetEnv:
         if tool is None:
             valid = ", ".join(self.tools)
             return self._error(f"unknown tool {call.name!r}; available tools: {valid}", truncated)
+        self.cell_changes.before(self.ctx.book)
         start = time.perf_counter()
         try:
             text = tool.call(self.ctx, call.arguments)
@@ -117,7 +120,11 @@ class SpreadsheetEnv:
             observation=truncate(text, cfg.max_observation_chars),
             ok=True,
             truncated=truncated,
-            info={"tool": call.name, "duration_s": elapsed},
+            info={
+                "tool": call.name,
+                "duration_s": elapsed,
+                **self.cell_changes.after(self.ctx.book),
+            },
         )
 
     def _time(self, name: str, start: float) -> float:

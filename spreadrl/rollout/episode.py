@@ -161,9 +161,11 @@ def take_observations(
 ) -> None:
     """Append a turn's tool results (waiting for them) and apply the episode budgets."""
     observations: list[str] = []
+    changes: list[Any] = []  # cells each call changed (env info), for run viewers
     for item in items:
         if isinstance(item, str):
             observations.append(item)
+            changes.append(None)
             continue
         try:
             result = item.result()
@@ -174,9 +176,14 @@ def take_observations(
         if not result.ok:
             state.traj.tool_errors += 1
         observations.append(result.observation)
+        changes.append(result.info.get("changed_cells"))
         if result.truncated:
             state.end("max_tool_calls")
+    first = len(state.traj.messages)
     _record_observations(state, observations, settings, token_level, tokenizer)
+    for offset, changed in enumerate(changes):
+        if changed:  # keyed by the index of the tool message it belongs to
+            state.traj.metadata.setdefault("cell_changes", {})[str(first + offset)] = changed
     _check_budgets(state, settings)
 
 

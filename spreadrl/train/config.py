@@ -198,6 +198,9 @@ class LoggingConfig:
     project: str = option("spreadrl", "Project name for wandb and trackio.")
     run_name: str = option("", "Run name for wandb and trackio (empty = the run folder's name).")
     every_steps: int = option(1, "Print a line every N steps.")
+    trajectories_per_step: int = option(
+        4, "GRPO: rollouts per step saved to trajectories.jsonl for spreadrl view (0 = none)."
+    )
 
 
 @dataclass(frozen=True)

@@ -22,6 +22,7 @@ from spreadrl.rollout.runner import EpisodeJob, RolloutSettings, run_episodes
 from spreadrl.rollout.types import SamplingParams, Trajectory
 from spreadrl.train.batching import Sample
 from spreadrl.train.distributed import DistInfo, all_reduce, gathered_params, rank_slice
+from spreadrl.train.trajectory_log import save_step_trajectories
 from spreadrl.train.update import UpdateSettings, compute_logprobs, policy_update
 
 log = logging.getLogger(__name__)
@@ -361,6 +362,9 @@ def train_grpo(
                 metrics["tokens_per_s"] = all_reduce(metrics["tokens_per_s"])
             if info.is_main:
                 run.metrics.log(step, metrics)
+                save_step_trajectories(
+                    run.out, step, trajs, parts, cfg.logging.trajectories_per_step
+                )
                 if step % max(1, cfg.logging.every_steps) == 0 or step == cfg.steps:
                     console.print(_step_line(step, cfg.steps, metrics))
             run.maybe_save(step, *ckpt_args, {"sampler": sampler.state()})

@@ -1,0 +1,54 @@
+"""A few sampled trajectories per training step, for looking at what the policy does.
+
+Reward curves say that something changed; the trajectories say what: reward
+hacking, a broken tool, a format the parser misses. Each GRPO step appends
+``logging.trajectories_per_step`` of its rollouts to ``RUN/trajectories.jsonl``
+(the eval's format plus ``step`` and ``reward_parts``), spread over the step's
+reward range so passing and failing episodes both show. ``spreadrl view`` reads
+the file. Token ids are left out; the text, tool calls, observations and the
+cells each call changed (``metadata.cell_changes``) are kept.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+TRAJECTORIES = "trajectories.jsonl"
+
+
+def pick_spread(rewards: Sequence[float], count: int) -> list[int]:
+    """Indices of ``count`` items evenly spread over the rewards' order (lowest and highest
+    included), returned in their original order."""
+    n = len(rewards)
+    if count <= 0 or n == 0:
+        return []
+    if count >= n:
+        return list(range(n))
+    order = sorted(range(n), key=lambda i: (rewards[i], i))
+    if count == 1:
+        return [order[-1]]
+    chosen = {order[round(j * (n - 1) / (count - 1))] for j in range(count)}
+    return sorted(chosen)
+
+
+def save_step_trajectories(
+    out: Path,
+    step: int,
+    trajectories: Sequence[Any],
+    reward_parts: Sequence[dict[str, float]],
+    count: int,
+) -> int:
+    """Append ``count`` of this step's trajectories to ``out/trajectories.jsonl``; return how many."""
+    chosen = pick_spread([t.reward for t in trajectories], count)
+    if not chosen:
+        return 0
+    out.mkdir(parents=True, exist_ok=True)
+    with (out / TRAJECTORIES).open("a") as fh:
+        for i in chosen:
+            row = {"step": step, **trajectories[i].to_json(with_tokens=False)}
+            row["reward_parts"] = reward_parts[i] if i < len(reward_parts) else {}
+            fh.write(json.dumps(row, default=str) + "\n")
+    return len(chosen)
