@@ -94,6 +94,11 @@ def _parse_sheet(part: str, reference: str) -> str:
 def _parse_reference(reference: str) -> tuple[str | None, str]:
     text = reference.strip()
     if "!" not in text:
+        if _is_quoted_name(text):
+            raise AnswerPositionError(
+                f"{reference!r}: quoted sheet name {text} with no range "
+                "(expected 'Sheet 1'!A1:B5); not a cell range"
+            )
         cell_range = _normalize_range(text, reference)
         if cell_range is None:
             raise AnswerPositionError(
@@ -107,6 +112,14 @@ def _parse_reference(reference: str) -> tuple[str | None, str]:
     if cell_range is None:
         raise AnswerPositionError(f"{reference!r}: {range_part.strip()!r} is not a cell range")
     return _parse_sheet(sheet_part, reference), cell_range
+
+
+def _is_quoted_name(text: str) -> bool:
+    """``'Sheet 1'``: a whole piece in closed quotes (a sheet name, never a range)."""
+    core = text.strip()
+    return (
+        len(core) > 1 and core[0] == core[-1] == "'" and core.replace("''", "").count("'") % 2 == 0
+    )
 
 
 def _is_bare_range(text: str) -> bool:
@@ -136,6 +149,13 @@ def parse_answer_position(text: str) -> list[tuple[str | None, str]]:
         unclosed = buffer.replace("''", "").count("'") % 2 == 1
         waits_for_sheet = any("!" in later for later in pieces[position + 1 :])
         in_sheet_name = "!" not in buffer and (unclosed or not _is_bare_range(buffer))
+        if "!" not in buffer and _is_quoted_name(buffer):
+            # A quoted sheet name then a comma: a sheet with no range, never the start
+            # of the next reference's sheet name ('Sheet1', 'Sheet2'!A1).
+            raise AnswerPositionError(
+                f"{text!r}: quoted sheet name {buffer.strip()} with no range "
+                "(expected 'Sheet 1'!A1:B5)"
+            )
         if not last and buffer.strip() and in_sheet_name and waits_for_sheet:
             continue
         if buffer.strip():

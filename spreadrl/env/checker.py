@@ -71,6 +71,9 @@ class CheckResult:
     mismatches: list[Mismatch] = field(default_factory=list)
     errors: list[str] = field(default_factory=list)
     checked_cells: int = 0
+    # "Sheet!A1" -> what produced the output's value: "cached" (stored in the file),
+    # or the engine that computed it ("ironcalc", "libreoffice").
+    cell_engines: dict[str, str] = field(default_factory=dict)
 
 
 def _fail(reason: str, sheet: str = "", cell: str = "") -> CheckResult:
@@ -108,6 +111,7 @@ def check_workbook(
     mismatches: list[Mismatch] = []
     errors: list[str] = []
     checked = 0
+    cell_engines: dict[str, str] = {}
     for sheet, cell_range in positions:
         gt_sheet = answer.sheet_names[0] if sheet is None else answer.find_sheet(sheet)
         if gt_sheet is None:
@@ -128,16 +132,24 @@ def check_workbook(
             ref = f"{column_name(column)}{row}"
             expected = answer.value(gt_sheet, row, column)
             actual = output.value(out_sheet, row, column)
-            failure = _engine_failure(output, out_sheet, row, column, actual, ENGINE_FAILURE_VALUES)
-            failure = failure or _engine_failure(
+            cell_engines[f"{gt_sheet}!{ref}"] = output.cell_engine(out_sheet, row, column)
+            out_failure = _engine_failure(
+                output, out_sheet, row, column, actual, ENGINE_FAILURE_VALUES
+            )
+            ans_failure = _engine_failure(
                 answer, gt_sheet, row, column, expected, ENGINE_FAILURE_VALUES
             )
+            if out_failure and not ans_failure and expected == actual:
+                # Excel's own value is this error too (#NAME? in the answer's cached
+                # values): SpreadsheetBench compares the two strings, and so do we.
+                out_failure = ""
+            failure = out_failure or ans_failure
             if failure:
                 errors.append(f"{gt_sheet}!{ref}: {failure}")
                 mismatches.append(Mismatch(gt_sheet, ref, expected, actual, failure))
             elif not values_match(expected, actual):
                 mismatches.append(Mismatch(gt_sheet, ref, expected, actual, _why(expected, actual)))
-    return CheckResult(not mismatches, mismatches, errors, checked)
+    return CheckResult(not mismatches, mismatches, errors, checked, cell_engines)
 
 
 def _engine_failure(

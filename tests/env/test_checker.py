@@ -180,3 +180,70 @@ def test_merged_cells_compare_as_stored(tmp_path: Path) -> None:
     spread = book(tmp_path / "s.xlsx", {"A1": "title", "B1": "title"}, title="Sheet")
     result = check_workbook(spread, answer, "A1:B2")
     assert [m.cell for m in result.mismatches] == ["B1"]
+
+
+def test_identical_excel_error_values_compare_equal(tmp_path: Path) -> None:
+    """Excel's own cached value is #NAME? and the recalculated one too: a pass, as in
+    SpreadsheetBench (it compares the strings); a different value stays a failure."""
+    answer = book(tmp_path / "answer.xlsx", {"A1": "#NAME?", "A2": "#NAME?"})
+    assert openpyxl.load_workbook(answer).active["A1"].data_type == "e"
+    output = book(tmp_path / "output.xlsx", {"A1": "=NOSUCHFUNCTION(1)", "A2": "=1+1"})
+    result = check_workbook(output, answer, "A1:A2")
+    assert [m.cell for m in result.mismatches] == ["A2"]
+    assert result.cell_engines == {"Sheet1!A1": "ironcalc", "Sheet1!A2": "ironcalc"}
+
+
+def test_engine_failure_on_both_sides_is_never_a_pass(tmp_path: Path) -> None:
+    result = check(tmp_path, {"A1": "=NOSUCHFUNCTION(1)"}, {"A1": "=NOSUCHFUNCTION(1)"}, "A1")
+    assert not result.passed and "could not evaluate" in result.mismatches[0].reason
+
+
+def test_number_to_text_uses_excels_15_digits(tmp_path: Path) -> None:
+    answer = {
+        "A1": 0.8,
+        "B1": "Rate: 0.8",
+        "B2": "0.333333333333333",
+        "B3": "0.3 total",
+        "B4": "1.23456789012346E+17",
+        "B5": "ID 12345678901234567",
+    }
+    output = {
+        "A1": 0.8,
+        "B1": '="Rate: "&A1',
+        "B2": '=1/3&""',
+        "B3": '=CONCATENATE(0.1+0.2," total")',
+        "B4": '=123456789012345678&""',
+        "B5": '="ID 12345678901234567"&""',
+    }
+    result = check(tmp_path, answer, output, "B1:B5")
+    assert result.passed, result.mismatches
+    assert set(result.cell_engines.values()) == {"ironcalc"}
+
+
+def test_column_ranges_scan_the_workbook_once(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A range costs its own cells: the used-row bound is computed once, not per range."""
+    from spreadrl.env.recalc import values
+
+    calls = {"n": 0}
+    real = values.WorkbookValues.__post_init__
+
+    def counting(self) -> None:
+        real(self)
+        model = self.model
+
+        class Counting:
+            def __getattr__(self, name: str):
+                if name == "get_all_cells":
+                    calls["n"] += 1
+                return getattr(model, name)
+
+        self.model = Counting()
+
+    monkeypatch.setattr(values.WorkbookValues, "__post_init__", counting)
+    cells = {f"A{r}": r for r in range(1, 6)}
+    position = ",".join(["A:A"] * 200)
+    result = check(tmp_path, cells, cells, position)
+    assert result.passed and result.checked_cells == 1000
+    assert calls["n"] <= 2  # once per workbook (answer), not once per range

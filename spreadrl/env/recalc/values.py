@@ -23,6 +23,7 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
+from spreadrl.env.recalc.excel_text import fix_number_text, needs_fix
 from spreadrl.errors import WorkbookError
 
 # Values an engine returns for a formula it could not evaluate: an unknown
@@ -107,6 +108,8 @@ class WorkbookValues:
     cell_engines: dict[tuple[int, int, int], str] = field(default_factory=dict)
     formulas: dict[tuple[int, int, int], str] = field(default_factory=dict)
     _index: dict[str, int] = field(default_factory=dict)
+    _max_rows: dict[int, int] = field(default_factory=dict)
+    _used_sheets: set[int] | None = None
 
     def __post_init__(self) -> None:
         self._index = {name: i for i, name in enumerate(self.sheet_names)}
@@ -122,7 +125,19 @@ class WorkbookValues:
         return None
 
     def value(self, sheet: str, row: int, column: int) -> Any:
-        return cell_value(self.model, self._index[sheet], row, column)
+        index = self._index[sheet]
+        value = cell_value(self.model, index, row, column)
+        if (
+            isinstance(value, str)
+            and self.recalculated
+            and len(value) > 9
+            and self.cell_engine(sheet, row, column) == "ironcalc"
+            and needs_fix(value)
+        ):
+            formula = self.formula(sheet, row, column)
+            if formula is not None:  # text IronCalc built from numbers: Excel's 15 digits
+                value = fix_number_text(value, formula)
+        return value
 
     def formula(self, sheet: str, row: int, column: int) -> str | None:
         key = (self._index[sheet], row, column)
@@ -138,11 +153,18 @@ class WorkbookValues:
         return self.engine if self.recalculated and self.engine else "cached"
 
     def max_row(self, sheet: str) -> int:
-        """The last used row of ``sheet`` (0 when the sheet is empty)."""
+        """The last used row of ``sheet`` (0 when the sheet is empty).
+
+        Computed once per sheet: a column-only range of answer_position must not
+        re-scan the workbook for every range (1,000 ranges of a big sheet took 18 s).
+        """
         index = self._index[sheet]
-        if not any(s == index for s, _, _ in self.model.get_all_cells()):
-            return 0
-        return int(self.model.get_sheet_dimensions(index)[1])
+        if index not in self._max_rows:
+            if self._used_sheets is None:
+                self._used_sheets = {s for s, _, _ in self.model.get_all_cells()}
+            used = index in self._used_sheets
+            self._max_rows[index] = int(self.model.get_sheet_dimensions(index)[1]) if used else 0
+        return self._max_rows[index]
 
 
 def load_values(
