@@ -67,22 +67,22 @@ def rollout_settings(grpo_cfg: Any, settings: DemoSettings, seed: int) -> Any:
     )
 
 
-def quick_pass_rate(model_dir: Path, tasks: Any, grpo_cfg: Any, settings: DemoSettings) -> float:
-    """Sampled pass rate of ``model_dir`` on ``tasks`` (one sample per case)."""
+def quick_pass_rate(
+    model: Any, tokenizer: Any, tasks: Any, grpo_cfg: Any, settings: DemoSettings
+) -> float:
+    """Sampled pass rate of the in-memory ``model`` on ``tasks`` (one sample per case)."""
     from spreadrl.env.factory import make_env_pool
-    from spreadrl.models.init import load_model_and_tokenizer
     from spreadrl.rollout.hf_policy import HFPolicy
     from spreadrl.rollout.runner import EpisodeJob, run_episodes
 
-    model, tok = load_model_and_tokenizer(str(model_dir))
     jobs = [EpisodeJob(task, case) for task, case in tasks.episodes()]
     with make_env_pool(grpo_cfg.env, workers=0) as pool:
         batch = run_episodes(
-            HFPolicy(model, tok),
+            HFPolicy(model, tokenizer),
             pool,
             jobs,
             rollout_settings(grpo_cfg, settings, settings.seed + 777),
-            tok,
+            tokenizer,
         )
     return sum(t.passed for t in batch.trajectories) / max(len(jobs), 1)
 
@@ -165,40 +165,46 @@ def run_demo(settings: DemoSettings, console: Any) -> dict[str, Any]:
     del model
     stage("model_init")
 
-    # 4. SFT cold start on the reference conversations, in chunks: stop once the
+    # 4. SFT cold start on the reference conversations, in one run: every
+    # sft_check_every steps the model in memory is validated, and SFT stops once the
     # policy passes sft_target_pass of a slice of its training tasks when sampling
     # (RL needs a non-zero pass rate, and headroom to show what it adds)
     console.rule("[bold]4. SFT cold start")
-    sft_model, steps, val_rate = init_dir, 0, 0.0
     validation = TaskSet(train.root, train.tasks[: settings.eval_validation_tasks])
-    while steps < settings.sft_max_steps and val_rate < settings.sft_target_pass:
-        steps = min(steps + settings.sft_check_every, settings.sft_max_steps)
-        sft_cfg = load_config(
-            SFTConfig,
-            None,
-            [
-                f"model.name_or_path={init_dir}",
-                f"data.path={sft_path}",
-                f"output_dir={out / 'sft'}",
-                f"steps={steps}",
-                f"batch_size={settings.sft_batch_size}",
-                f"optim.lr={settings.sft_lr}",
-                f"seed={settings.seed}",
-                f"logging.every_steps={settings.sft_check_every}",
-                f"checkpoint.every_steps={settings.sft_check_every}",
-                "checkpoint.keep=1",
-            ],
-        )
-        sft_model = train_sft(sft_cfg, console=console)
-        val_rate = quick_pass_rate(sft_model, validation, grpo_cfg, settings)
+    sft_state: dict[str, Any] = {"steps": 0, "val_rate": 0.0}
+
+    def validate(step: int, model: Any, tokenizer: Any) -> bool:
+        sft_state.update(steps=step, model=model, tokenizer=tokenizer)
+        if step % settings.sft_check_every and step < settings.sft_max_steps:
+            return False
+        sft_state["val_rate"] = quick_pass_rate(model, tokenizer, validation, grpo_cfg, settings)
         console.print(
             f"  validation pass@1 (training tasks, T={settings.temperature}) "
-            f"after {steps} steps: {100 * val_rate:.1f}%"
+            f"after {step} steps: {100 * sft_state['val_rate']:.1f}%"
         )
+        return sft_state["val_rate"] >= settings.sft_target_pass
+
+    sft_cfg = load_config(
+        SFTConfig,
+        None,
+        [
+            f"model.name_or_path={init_dir}",
+            f"data.path={sft_path}",
+            f"output_dir={out / 'sft'}",
+            f"steps={settings.sft_max_steps}",
+            f"batch_size={settings.sft_batch_size}",
+            f"optim.lr={settings.sft_lr}",
+            f"seed={settings.seed}",
+            f"logging.every_steps={settings.sft_check_every}",
+            "checkpoint.every_steps=0",  # one process, nothing to resume between checks
+        ],
+    )
+    sft_model = train_sft(sft_cfg, console=console, on_step=validate)
+    steps, val_rate = sft_state["steps"], sft_state["val_rate"]
     stage("sft")
 
-    def evaluate(model_dir: Path, name: str) -> dict[str, Any]:
-        model, tok = load_model_and_tokenizer(str(model_dir))
+    def evaluate(model: Any, tok: Any, model_dir: Path, name: str) -> dict[str, Any]:
+        model.eval()
         policy = HFPolicy(model, tok)
         eval_settings = rollout_settings(grpo_cfg, settings, settings.seed + 12345)
         with make_env_pool(grpo_cfg.env, workers=0) as pool:
@@ -218,7 +224,9 @@ def run_demo(settings: DemoSettings, console: Any) -> dict[str, Any]:
 
     # 5. evaluate the SFT model (sampled at the training temperature)
     console.rule("[bold]5. eval after SFT")
-    before = evaluate(sft_model, "sft")
+    # the SFT run's model, still in memory (it is what sft/final holds)
+    before = evaluate(sft_state["model"], sft_state["tokenizer"], sft_model, "sft")
+    del sft_state["model"]
     stage("eval_sft")
 
     # 6. GRPO-TCR from the SFT model
@@ -229,7 +237,8 @@ def run_demo(settings: DemoSettings, console: Any) -> dict[str, Any]:
 
     # 7. evaluate the GRPO model on the same held-out tasks
     console.rule("[bold]7. eval after GRPO")
-    after = evaluate(grpo_model, "grpo")
+    model, tok = load_model_and_tokenizer(str(grpo_model))
+    after = evaluate(model, tok, grpo_model, "grpo")
     stage("eval_grpo")
 
     delta, half, cases = _paired_delta(before["per_case"], after["per_case"])

@@ -10,6 +10,7 @@ checkpointed, so a resumed run continues with exactly the next batch.
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -87,8 +88,20 @@ def total_steps(cfg: Any, dataset_size: int) -> int:
     return max(1, -(-dataset_size * int(cfg.epochs) // cfg.batch_size))
 
 
-def train_sft(cfg: Any, *, console: Any = None) -> Path:
-    """Run SFT per ``cfg`` (a spreadrl.train.config.SFTConfig); return the final model folder."""
+def train_sft(
+    cfg: Any,
+    *,
+    console: Any = None,
+    on_step: Callable[[int, Any, Any], bool] | None = None,
+) -> Path:
+    """Run SFT per ``cfg`` (a spreadrl.train.config.SFTConfig); return the final model folder.
+
+    ``on_step(step, model, tokenizer)`` runs after every optimizer step, on the
+    model in memory; returning True ends training there and that step's model
+    is the final one. It lets a caller validate as it goes and stop at a target
+    (the demo does) without reloading the model or restarting the run per
+    check. It must answer alike on every rank.
+    """
     import torch
     from rich.console import Console
 
@@ -156,6 +169,11 @@ def train_sft(cfg: Any, *, console: Any = None) -> Path:
                     f"{metrics['tokens_per_s']:.0f} tok/s"
                 )
             run.maybe_save(step, *ckpt_args, {"order": order.state()})
+            if on_step is not None:
+                stop = on_step(step, model, tokenizer)
+                model.train()  # the hook may have switched to eval mode to sample
+                if stop:
+                    break
     except KeyboardInterrupt:
         run.save_interrupted(step - 1, *ckpt_args, {"order": order.state()})
         run.metrics.close()
