@@ -13,6 +13,7 @@ from rich.console import Console
 
 from spreadrl import __version__
 from spreadrl.cli import bench, check, config, data, demo, env, eval, grpo, merge, model, serve, sft
+from spreadrl.cli import view as view_cli
 from spreadrl.errors import SpreadrlError
 
 app = typer.Typer(
@@ -34,6 +35,7 @@ app.command("grpo")(grpo.grpo)
 app.command("merge")(merge.merge)
 app.command("serve")(serve.serve)
 app.command("demo")(demo.demo)
+app.command("view")(view_cli.view)
 
 
 def _versions() -> str:

@@ -1,0 +1,232 @@
+/* spreadrl view: curves from metrics.jsonl (uPlot), eval reports side by side, and the
+   trajectory browser (the shared SpreadrlTrajectory component). Reads the JSON API of
+   spreadrl/serve/view.py, relative to this page. */
+"use strict";
+
+const $ = (id) => document.getElementById(id);
+const el = SpreadrlTrajectory.el;
+const COLORS = ["#1f77b4", "#d62728", "#2ca02c", "#ff7f0e", "#9467bd", "#8c564b", "#e377c2", "#17becf"];
+const GROUPS = [
+  ["Reward (mean, and its parts)", (k) => k === "reward_mean" || k.startsWith("reward/")],
+  ["Pass rate", (k) => k === "pass_rate"],
+  ["Response length (tokens)", (k) => k === "response_tokens" || k === "generated_tokens"],
+  ["Tool calls per episode", (k) => k === "tool_calls" || k === "parse_errors"],
+  ["KL to the reference", (k) => k === "kl"],
+  ["Entropy", (k) => k === "entropy"],
+  ["Clip fraction", (k) => k.startsWith("clip_frac")],
+  ["Time per step (s)", (k) => k.endsWith("_s")],
+  ["Loss", (k) => k === "loss" || k.endsWith("_loss")],
+];
+
+async function getJSON(url) {
+  const r = await fetch(url);
+  const body = await r.json();
+  if (!r.ok) throw new Error((body && body.detail) || r.statusText);
+  return body;
+}
+
+function fillSelect(select, names, withNone) {
+  select.replaceChildren();
+  if (withNone) select.appendChild(el("option", "(none)"));
+  if (withNone) select.lastChild.value = "";
+  for (const n of names) { const o = el("option", n); o.value = n; select.appendChild(o); }
+}
+
+function fmt(v) {
+  if (v === null || v === undefined) return "";
+  if (typeof v === "number") return Number.isInteger(v) ? String(v) : v.toFixed(Math.abs(v) < 10 ? 4 : 2);
+  return String(v);
+}
+
+/* ---- curves ---------------------------------------------------------- */
+function chart(title, keys, rows, parent) {
+  const box = el("div", null, "chart");
+  box.dataset.title = title;
+  parent.appendChild(box);
+  const xs = rows.map((r) => r.step);
+  const data = [xs, ...keys.map((k) => rows.map((r) => (typeof r[k] === "number" ? r[k] : null)))];
+  const series = [{ label: "step" }, ...keys.map((k, i) => ({ label: k, stroke: COLORS[i % COLORS.length], width: 1.5 }))];
+  new uPlot({ title: title, width: 420, height: 220, scales: { x: { time: false } }, series: series }, data, box);
+}
+
+async function loadMetrics(run) {
+  const charts = $("charts");
+  charts.replaceChildren();
+  if (!run) { charts.appendChild(el("p", "No metrics.jsonl in this run folder.", "empty")); return; }
+  const rows = (await getJSON("api/metrics?run=" + encodeURIComponent(run))).rows.filter((r) => typeof r.step === "number");
+  if (!rows.length) { charts.appendChild(el("p", "metrics.jsonl is empty.", "empty")); return; }
+  const keys = [...new Set(rows.flatMap((r) => Object.keys(r).filter((k) => k !== "step" && typeof r[k] === "number")))];
+  const used = new Set();
+  for (const [title, match] of GROUPS) {
+    const group = keys.filter((k) => !used.has(k) && match(k));
+    group.forEach((k) => used.add(k));
+    if (group.length) chart(title, group, rows, charts);
+  }
+  for (const k of keys.filter((k) => !used.has(k))) chart(k, [k], rows, charts);
+}
+
+/* ---- eval reports ---------------------------------------------------- */
+function reportRows(a, b) {
+  const rows = [];
+  const keys = [...new Set([...Object.keys(a || {}), ...Object.keys(b || {})])];
+  for (const k of keys) {
+    const va = a ? a[k] : undefined, vb = b ? b[k] : undefined;
+    const sample = va !== undefined ? va : vb;
+    if (typeof sample === "number") rows.push([k, va, vb]);
+    else if (sample && typeof sample === "object" && !k.startsWith("by_") && k !== "per_case") {
+      for (const sub of new Set([...Object.keys(va || {}), ...Object.keys(vb || {})])) {
+        const x = va ? va[sub] : undefined, y = vb ? vb[sub] : undefined;
+        if (typeof x === "number" || typeof y === "number") rows.push([k + " " + sub, x, y]);
+      }
+    }
+  }
+  return rows;
+}
+
+function table(head, rows, id) {
+  const t = el("table", null, "data");
+  if (id) t.id = id;
+  const tr = el("tr");
+  head.forEach((h) => tr.appendChild(el("th", h)));
+  t.appendChild(tr);
+  for (const row of rows) {
+    const r = el("tr");
+    row.forEach((v, i) => {
+      const td = el("td", fmt(v), i ? "num" : "");
+      if (i === 3 && typeof v === "number" && v !== 0) td.classList.add(v > 0 ? "up" : "down");
+      r.appendChild(td);
+    });
+    t.appendChild(r);
+  }
+  return t;
+}
+
+async function loadReports() {
+  const box = $("report");
+  const ra = $("report-a").value, rb = $("report-b").value;
+  box.replaceChildren();
+  if (!ra && !rb) { box.appendChild(el("p", "No report.json in this run folder.", "empty")); return; }
+  const a = ra ? (await getJSON("api/report?run=" + encodeURIComponent(ra))).report : null;
+  const b = rb ? (await getJSON("api/report?run=" + encodeURIComponent(rb))).report : null;
+  const two = a && b;
+  const head = two ? ["metric", "A: " + ra, "B: " + rb, "B - A"] : ["metric", ra || rb];
+  const rows = reportRows(a || b, two ? b : null).map(([k, x, y]) =>
+    two ? [k, x, y, typeof x === "number" && typeof y === "number" ? y - x : null] : [k, x]);
+  box.appendChild(table(head, rows, "report-table"));
+  for (const key of Object.keys(a || b).filter((k) => k.startsWith("by_"))) {
+    const groups = [...new Set([...Object.keys((a || {})[key] || {}), ...Object.keys((b || {})[key] || {})])];
+    if (!groups.length) continue;
+    box.appendChild(el("h3", "pass@1 " + key.replace("by_", "by ").replace("_", " ")));
+    const rowsBy = groups.map((g) => {
+      const x = a && a[key] && a[key][g] ? a[key][g]["pass@1"] : null;
+      const y = b && b[key] && b[key][g] ? b[key][g]["pass@1"] : null;
+      return two ? [g, x, y, x !== null && y !== null ? y - x : null] : [g, x !== null ? x : y];
+    });
+    box.appendChild(table(two ? ["group", "A", "B", "B - A"] : ["group", "pass@1"], rowsBy));
+  }
+  if (two && a.per_case && b.per_case) {
+    const cases = Object.keys(a.per_case).filter((c) => c in b.per_case);
+    const up = cases.filter((c) => b.per_case[c] > a.per_case[c]).length;
+    const down = cases.filter((c) => b.per_case[c] < a.per_case[c]).length;
+    box.appendChild(el("p", cases.length + " cases in both: " + up + " better in B, " + down + " worse"));
+  }
+}
+
+/* ---- trajectories ---------------------------------------------------- */
+function filterQuery() {
+  const q = new URLSearchParams();
+  q.set("run", $("traj-run").value);
+  const fields = [["step", "traj-step"], ["task", "traj-task"], ["min_reward", "traj-min"], ["max_reward", "traj-max"], ["passed", "traj-passed"]];
+  for (const [name, id] of fields) if ($(id).value !== "") q.set(name, $(id).value);
+  return q.toString();
+}
+
+async function loadTrajectories(resetSteps) {
+  const list = $("traj-list");
+  const run = $("traj-run").value;
+  if (!run) return;
+  if (resetSteps) $("traj-step").value = "";
+  const data = await getJSON("api/trajectories?" + filterQuery());
+  if (resetSteps) {
+    const keep = $("traj-step").value;
+    fillSelect($("traj-step"), data.steps.map(String), true);
+    $("traj-step").firstChild.textContent = "all";
+    $("traj-step").value = keep;
+  }
+  $("traj-count").textContent = data.matched + " of " + data.total + " shown";
+  list.replaceChildren();
+  const t = el("table", null, "data");
+  const head = el("tr");
+  ["step", "task", "case/sample", "reward", "outcome", "turns", "calls", "cells", "stop"].forEach((h) => head.appendChild(el("th", h)));
+  const thead = el("thead"); thead.appendChild(head); t.appendChild(thead);
+  const body = el("tbody");
+  for (const item of data.items) {
+    const tr = el("tr");
+    tr.dataset.index = String(item.index);
+    const cells = [item.step, item.task_id, item.case + "/" + item.sample, item.reward, item.passed ? "pass" : "fail",
+      item.turns, item.tool_calls, item.changed_cells, item.stop_reason];
+    cells.forEach((v, i) => {
+      const td = el("td", fmt(v), [3, 5, 6, 7].includes(i) ? "num" : "");
+      if (i === 4) td.className = item.passed ? "pass" : "fail";
+      tr.appendChild(td);
+    });
+    tr.addEventListener("click", () => openTrajectory(run, item.index, tr));
+    body.appendChild(tr);
+  }
+  t.appendChild(body);
+  list.appendChild(t);
+}
+
+async function openTrajectory(run, index, row) {
+  for (const r of document.querySelectorAll("#traj-list tr.selected")) r.classList.remove("selected");
+  if (row) row.classList.add("selected");
+  const traj = (await getJSON("api/trajectory?run=" + encodeURIComponent(run) + "&index=" + index)).trajectory;
+  const detail = $("traj-detail");
+  detail.replaceChildren();
+  const parts = traj.reward_parts ? Object.entries(traj.reward_parts).map(([k, v]) => k + " " + fmt(v)).join(", ") : "";
+  const head = el("p", null);
+  head.id = "traj-head";
+  head.append(
+    el("strong", traj.task_id + " case " + traj.case + " sample " + traj.sample + (traj.step !== undefined ? " (step " + traj.step + ")" : "") + ": "),
+    el("span", traj.passed ? "passed" : "failed", traj.passed ? "pass" : "fail"),
+    el("span", ", reward " + fmt(traj.reward) + (parts ? " (" + parts + ")" : "") + ", stop " + traj.stop_reason +
+      (traj.mismatches && traj.mismatches.length ? ", " + traj.mismatches.length + " answer cells wrong" : "") +
+      (traj.error ? ", error: " + traj.error : "")));
+  detail.appendChild(head);
+  const turns = el("div");
+  turns.id = "traj-turns";
+  detail.appendChild(turns);
+  SpreadrlTrajectory.render(turns, traj);
+}
+
+/* ---- start ----------------------------------------------------------- */
+async function main() {
+  const info = await getJSON("api/runs");
+  $("root").textContent = info.root;
+  const withFile = (f) => info.runs.filter((r) => r[f]).map((r) => r.name);
+  const metricRuns = withFile("metrics.jsonl"), trajRuns = withFile("trajectories.jsonl");
+  const reportRuns = info.runs.filter((r) => r["report.json"]).sort((a, b) => a.report_mtime - b.report_mtime).map((r) => r.name);
+  fillSelect($("metrics-run"), metricRuns, false);
+  fillSelect($("report-a"), reportRuns, true);
+  fillSelect($("report-b"), reportRuns, true);
+  if (reportRuns.length) $("report-a").value = reportRuns[0];
+  if (reportRuns.length > 1) $("report-b").value = reportRuns[reportRuns.length - 1];
+  fillSelect($("traj-run"), trajRuns, false);
+  const grpo = metricRuns.find((n) => trajRuns.includes(n));  // a training run with samples
+  if (grpo) { $("metrics-run").value = grpo; $("traj-run").value = grpo; }
+  $("metrics-run").addEventListener("change", () => loadMetrics($("metrics-run").value));
+  $("report-a").addEventListener("change", loadReports);
+  $("report-b").addEventListener("change", loadReports);
+  $("traj-run").addEventListener("change", () => loadTrajectories(true));
+  $("traj-filters").addEventListener("input", (e) => { if (e.target.id !== "traj-run") loadTrajectories(false); });
+  $("traj-filters").addEventListener("submit", (e) => { e.preventDefault(); loadTrajectories(false); });
+  await Promise.all([loadMetrics($("metrics-run").value), loadReports(), loadTrajectories(true)]);
+  document.body.dataset.ready = "1";
+}
+
+main().catch((err) => {
+  document.body.dataset.ready = "error";
+  const p = el("p", "could not load the run: " + err, "fail");
+  p.id = "load-error";
+  document.querySelector("main").prepend(p);
+});

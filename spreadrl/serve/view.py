@@ -1,0 +1,224 @@
+"""``spreadrl view RUN_DIR``: a local page to look at what a run did.
+
+The page (``spreadrl/assets/web/viewer.html``) draws the training curves of
+``metrics.jsonl`` with uPlot, shows one or two eval ``report.json`` side by
+side, and browses trajectories turn by turn with the cells each tool call
+changed. It reads only the files runs already write: ``metrics.jsonl``
+(SFT, GRPO), ``trajectories.jsonl`` (GRPO's per-step samples, eval's episodes)
+and ``report.json`` (eval), in RUN_DIR and in its sub-folders (the demo's
+``runs/demo`` holds ``sft/``, ``grpo/``, ``eval-sft/``, ``eval-grpo/``).
+
+Everything is read-only and scoped to RUN_DIR: a run is named by its folder
+path relative to RUN_DIR and looked up among the folders found, never joined
+from user input. ``view_router`` is mounted by ``spreadrl view`` and by
+``spreadrl serve --view RUN_DIR``; the static files come from
+:func:`assets_router`, shared with the serve page.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from pathlib import Path
+from typing import Any
+
+from fastapi import APIRouter, HTTPException, Query
+from fastapi.responses import FileResponse, HTMLResponse
+
+log = logging.getLogger(__name__)
+
+ASSETS = Path(__file__).resolve().parent.parent / "assets" / "web"
+RUN_FILES = ("metrics.jsonl", "trajectories.jsonl", "report.json")
+MAX_DEPTH = 2
+MAX_LIST = 2000  # trajectory summaries returned by one listing
+_TYPES = {".js": "text/javascript", ".css": "text/css", ".html": "text/html", ".png": "image/png"}
+
+
+def find_runs(root: Path) -> dict[str, Path]:
+    """Folders under ``root`` (itself included, ``MAX_DEPTH`` levels down) holding run files,
+    keyed by their path relative to ``root`` ("." for root itself)."""
+    root = root.resolve()
+    found: dict[str, Path] = {}
+
+    def visit(folder: Path, depth: int) -> None:
+        if any((folder / name).is_file() for name in RUN_FILES):
+            found[folder.relative_to(root).as_posix() or "."] = folder
+        if depth >= MAX_DEPTH:
+            return
+        try:
+            children = sorted(p for p in folder.iterdir() if p.is_dir() and not p.is_symlink())
+        except OSError:
+            return
+        for child in children:
+            if child.name not in ("checkpoints", "final", "tensorboard", "wandb"):
+                visit(child, depth + 1)
+
+    visit(root, 0)
+    return found
+
+
+def read_jsonl(path: Path) -> list[dict[str, Any]]:
+    """Rows of a JSONL file; a torn last line (a run still writing) is skipped."""
+    if not path.is_file():
+        return []
+    rows = []
+    with path.open() as fh:
+        for line in fh:
+            line = line.strip()
+            if not line:
+                continue
+            try:
+                rows.append(json.loads(line))
+            except json.JSONDecodeError:
+                log.warning("%s: skipped a line that is not JSON", path)
+    return rows
+
+
+def trajectory_summary(index: int, row: dict[str, Any]) -> dict[str, Any]:
+    """The fields the trajectory list shows and filters on."""
+    return {
+        "index": index,
+        "step": row.get("step"),
+        "task_id": row.get("task_id"),
+        "case": row.get("case"),
+        "sample": row.get("sample"),
+        "reward": row.get("reward"),
+        "passed": row.get("passed"),
+        "turns": row.get("turns"),
+        "tool_calls": row.get("tool_calls"),
+        "stop_reason": row.get("stop_reason"),
+        "changed_cells": sum(
+            int(c.get("total", 0))
+            for c in (row.get("metadata") or {}).get("cell_changes", {}).values()
+        ),
+    }
+
+
+def filter_trajectories(
+    rows: list[dict[str, Any]],
+    step: int | None = None,
+    task: str | None = None,
+    min_reward: float | None = None,
+    max_reward: float | None = None,
+    passed: bool | None = None,
+) -> list[dict[str, Any]]:
+    """Summaries of the rows that match every given filter (``task`` is a substring)."""
+    out = []
+    for i, row in enumerate(rows):
+        reward = row.get("reward")
+        if step is not None and row.get("step") != step:
+            continue
+        if task and task.lower() not in str(row.get("task_id", "")).lower():
+            continue
+        if min_reward is not None and (reward is None or reward < min_reward):
+            continue
+        if max_reward is not None and (reward is None or reward > max_reward):
+            continue
+        if passed is not None and bool(row.get("passed")) != passed:
+            continue
+        out.append(trajectory_summary(i, row))
+    return out
+
+
+def assets_router() -> APIRouter:
+    """``GET /static/{name}``: the page assets (uPlot, the shared trajectory component)."""
+    router = APIRouter()
+    files = {
+        p.relative_to(ASSETS).as_posix(): p for p in ASSETS.rglob("*") if p.is_file()
+    }  # a fixed list: a request can only name one of these
+
+    @router.get("/static/{name:path}", include_in_schema=False)
+    async def static(name: str) -> FileResponse:
+        path = files.get(name)
+        if path is None:
+            raise HTTPException(404, f"no static file {name!r}")
+        return FileResponse(path, media_type=_TYPES.get(path.suffix, "application/octet-stream"))
+
+    return router
+
+
+def view_router(root: str | Path, prefix: str = "/view") -> APIRouter:
+    """The viewer's page and JSON API over the runs found in ``root``."""
+    root = Path(root)
+    router = APIRouter(prefix=prefix)
+
+    def run_folder(run: str) -> Path:
+        runs = find_runs(root)  # rescanned: a run in progress gains files
+        if run not in runs:
+            known = ", ".join(runs) or "none"
+            raise HTTPException(404, f"no run {run!r} under {root}; runs: {known}")
+        return runs[run]
+
+    @router.get("/", response_class=HTMLResponse, include_in_schema=False)
+    async def page() -> HTMLResponse:
+        return HTMLResponse((ASSETS / "viewer.html").read_text())
+
+    @router.get("/api/runs")
+    async def runs() -> dict[str, Any]:
+        out = []
+        for name, folder in find_runs(root).items():
+            files = {f: (folder / f).is_file() for f in RUN_FILES}
+            report = folder / "report.json"
+            # reports are offered oldest first: the demo's "before" eval, then "after"
+            mtime = report.stat().st_mtime if files["report.json"] else None
+            out.append({"name": name, **files, "report_mtime": mtime})
+        return {"root": str(root.resolve()), "runs": out}
+
+    @router.get("/api/metrics")
+    async def metrics(run: str) -> dict[str, Any]:
+        return {"run": run, "rows": read_jsonl(run_folder(run) / "metrics.jsonl")}
+
+    @router.get("/api/report")
+    async def report(run: str) -> dict[str, Any]:
+        path = run_folder(run) / "report.json"
+        if not path.is_file():
+            raise HTTPException(404, f"run {run!r} has no report.json")
+        try:
+            return {"run": run, "report": json.loads(path.read_text())}
+        except json.JSONDecodeError as exc:
+            raise HTTPException(422, f"{path}: not valid JSON ({exc})") from exc
+
+    @router.get("/api/trajectories")
+    async def trajectories(
+        run: str,
+        step: int | None = None,
+        task: str | None = None,
+        min_reward: float | None = None,
+        max_reward: float | None = None,
+        passed: bool | None = None,
+    ) -> dict[str, Any]:
+        rows = read_jsonl(run_folder(run) / "trajectories.jsonl")
+        items = filter_trajectories(rows, step, task, min_reward, max_reward, passed)
+        steps = sorted({r["step"] for r in rows if isinstance(r.get("step"), int)})
+        return {
+            "run": run,
+            "total": len(rows),
+            "matched": len(items),
+            "steps": steps,
+            "items": items[:MAX_LIST],
+        }
+
+    @router.get("/api/trajectory")
+    async def trajectory(run: str, index: int = Query(..., ge=0)) -> dict[str, Any]:
+        rows = read_jsonl(run_folder(run) / "trajectories.jsonl")
+        if index >= len(rows):
+            raise HTTPException(404, f"run {run!r} has {len(rows)} trajectories, no #{index}")
+        return {"run": run, "index": index, "trajectory": rows[index]}
+
+    return router
+
+
+def create_view_app(root: str | Path) -> Any:
+    """A FastAPI app with only the viewer (``spreadrl view``); ``/`` redirects to it."""
+    from fastapi import FastAPI
+    from fastapi.responses import RedirectResponse
+
+    app = FastAPI(title="spreadrl view", version="1")
+    app.include_router(assets_router())
+    app.include_router(view_router(root))
+
+    @app.get("/", include_in_schema=False)
+    async def index() -> RedirectResponse:
+        return RedirectResponse("/view/")
+
+    return app
