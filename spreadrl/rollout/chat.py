@@ -1,37 +1,332 @@
-"""Chat rendering for token-in/token-out multi-turn rollouts (Qwen3 / Hermes tool format).
+"""The chat format of a tokenizer, derived from its own chat template, for token-in/token-out rollouts.
 
 An episode's token ids are built by appending, never by re-rendering:
 
-    render_prompt_ids(system + user)           mask 0
-    sampled assistant ids, ending <|im_end|>   mask 1 (as sampled, never re-tokenized)
-    tool_response_ids([obs, ...])              mask 0
+    render_prompt_ids(system + user)           mask 0   ends in the generation prompt
+    sampled assistant ids, ending in the stop  mask 1   (as sampled, never re-tokenized)
+    tool_response_ids([obs, ...])              mask 0   ends in the next generation prompt
     sampled assistant ids ...                  mask 1
 
-The segments are cut where the chat template has a special token or where the
-pre-tokenizer always splits, so for well-formed turns the concatenation equals
-the chat template's rendering of the whole conversation, token for token
-(``tests/rollout/test_chat.py`` checks it). The whitespace conventions that
-make this hold, all Qwen3's own:
+What to append is not typed in: :func:`chat_format` renders the tokenizer's
+template with probe messages and reads off the generation prompt (what
+``add_generation_prompt`` adds, e.g. ``<|im_start|>assistant\\n``, or
+``<|im_start|>assistant\\n<think>\\n`` for Qwen3-4B-Thinking-2507), the turn
+end and the part of it the model samples (its first token, the stop id), the
+tool-response wrapper (how the template renders tool messages after an
+assistant turn, through the next generation prompt), how reasoning and tool
+calls are marked. So the same code drives any template of this shape with
+that checkpoint's own conventions, and for well-formed turns the appended ids
+equal the template's rendering of the whole conversation, token for token
+(``tests/rollout/test_chat*.py``, against Qwen3's real tokenizer too).
 
-* the template closes every turn with ``<|im_end|>\\n``; the model samples only
-  ``<|im_end|>``, so the ``\\n`` opens :func:`tool_response_ids`;
-* several tool results in a row share one user turn, each as
-  ``\\n<tool_response>\\n{text}\\n</tool_response>``;
-* the next assistant turn starts after ``<|im_start|>assistant\\n``, so an
-  assistant message must not itself begin with a newline (a leading ``\\n``
-  would merge with the template's under Qwen's pre-tokenizer).
-
-Observation text is tokenized as the template would tokenize it: a tool result
-that literally contains ``<|im_end|>`` gets the control token, as with any
-Qwen3 template; tools that echo model-controlled text should escape it.
+Qwen3's literals appear once, here: :data:`FALLBACK`, the format of tokenizers
+without a template, and the Hermes tool-call text scripted and remote policies
+speak. Conventions the appending relies on (Qwen3's, checked by the tests):
+the model samples only the first token of the turn end, the rest (``\\n``)
+opens the tool-response text; an assistant message must not begin with a
+newline (it would merge with the prompt's). Observation text is tokenized as
+the template would tokenize it: a tool result that literally contains a
+control token gets the control token; tools that echo model-controlled text
+should escape it.
 """
 
 from __future__ import annotations
 
+import json
+import logging
+import weakref
 from collections.abc import Sequence
+from dataclasses import dataclass, replace
 from typing import Any
 
-IM_END = "<|im_end|>"
+from spreadrl.errors import SpreadrlError
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class ChatFormat:
+    """How one chat template frames the turns a rollout appends.
+
+    ``generation_prompt``: what ``add_generation_prompt`` appends.
+    ``stop_text``: the part of the turn end the model samples (one token);
+    ``stop_ids``: it, then the tokenizer's eos. ``tool_prefix`` + observations
+    joined by ``tool_separator`` + ``tool_suffix``: the text after ``stop_text``
+    through the next generation prompt. ``reasoning_prefix``/``reasoning_suffix``:
+    what the model writes around its reasoning (the prefix is empty when the
+    generation prompt already opened the block); ``think_open``/``think_close``
+    and ``tool_call_open``/``tool_call_close``: the markers the parser splits on.
+    """
+
+    generation_prompt: str
+    stop_text: str
+    tool_prefix: str
+    tool_separator: str
+    tool_suffix: str
+    reasoning_prefix: str
+    reasoning_suffix: str
+    think_open: str
+    think_close: str
+    tool_call_open: str
+    tool_call_close: str
+    end_markers: tuple[str, ...]
+    stop_ids: tuple[int, ...] = ()
+    source: str = "template"
+
+    @property
+    def opens_thinking(self) -> bool:
+        """The generation prompt opens the reasoning block (the model starts inside it)."""
+        return bool(self.think_close) and not self.reasoning_prefix
+
+    def tool_response_text(self, observations: Sequence[str]) -> str:
+        """The text the template puts between an assistant's stop and the next assistant turn."""
+        if not observations:
+            raise ValueError("tool_response_text needs at least one observation")
+        return self.tool_prefix + self.tool_separator.join(observations) + self.tool_suffix
+
+    def strip_end_markers(self, text: str) -> str:
+        """``text`` without the turn-end and eos markers a decode leaves in it."""
+        for marker in self.end_markers:
+            text = text.replace(marker, "")
+        return text
+
+    def split_reasoning(self, text: str) -> tuple[str | None, str]:
+        """(reasoning, content) of a sampled assistant text; reasoning None when there is none.
+
+        With a generation prompt that opens the block, the model writes only the
+        close marker; if it never closes it (cut by the length limit), all of it
+        is reasoning. Newlines next to the markers are dropped, as the template
+        drops them when it renders ``reasoning_content``.
+        """
+        if not self.think_close:
+            return None, text
+        close = text.find(self.think_close)
+        open_ = text.find(self.think_open) if self.think_open else -1
+        if close == -1:
+            if open_ != -1:
+                return text[open_ + len(self.think_open) :].strip("\n"), text[:open_]
+            if self.opens_thinking:
+                return text.strip("\n"), ""
+            return None, text
+        before, after = text[:close], text[close + len(self.think_close) :].lstrip("\n")
+        if open_ != -1 and open_ < close:
+            return before[open_ + len(self.think_open) :].strip("\n"), before[:open_] + after
+        return before.strip("\n"), after
+
+    def assistant_message(self, text: str) -> dict[str, Any]:
+        """A sampled turn as a chat message: reasoning in ``reasoning_content``, as templates read it."""
+        reasoning, content = self.split_reasoning(text)
+        if reasoning is None:
+            return {"role": "assistant", "content": text}
+        return {"role": "assistant", "content": content, "reasoning_content": reasoning}
+
+    def assistant_text(self, content: str, reasoning: str | None = None) -> str:
+        """What the model samples (before the stop) for a message the template renders from these fields."""
+        if reasoning is None:
+            reasoning, content = self.split_reasoning(content)
+        if reasoning is None and not self.opens_thinking:
+            return content
+        return (
+            self.reasoning_prefix
+            + (reasoning or "").strip("\n")
+            + self.reasoning_suffix
+            + content.lstrip("\n")
+        )
+
+
+# The one place Qwen3's chat literals are written: the format of tokenizers without a template.
+FALLBACK = ChatFormat(
+    generation_prompt="<|im_start|>assistant\n",
+    stop_text="<|im_end|>",
+    tool_prefix="\n<|im_start|>user\n<tool_response>\n",
+    tool_separator="\n</tool_response>\n<tool_response>\n",
+    tool_suffix="\n</tool_response><|im_end|>\n<|im_start|>assistant\n",
+    reasoning_prefix="<think>\n",
+    reasoning_suffix="\n</think>\n\n",
+    think_open="<think>",
+    think_close="</think>",
+    tool_call_open="<tool_call>",
+    tool_call_close="</tool_call>",
+    end_markers=("<|im_end|>", "<|endoftext|>"),
+    source="fallback",
+)
+# Hermes text for a tool result sent to an OpenAI-compatible server as a user message.
+HERMES_TOOL_RESPONSE = ("<tool_response>\n", "\n</tool_response>")
+
+
+def hermes_tool_call(name: Any, arguments: Any) -> str:
+    """A tool call as Hermes text (what Qwen3 models write), for scripted and remote policies."""
+    payload = json.dumps({"name": name, "arguments": arguments}, ensure_ascii=False)
+    return f"{FALLBACK.tool_call_open}\n{payload}\n{FALLBACK.tool_call_close}"
+
+
+# Probe texts: plain words a template passes through unchanged and no template contains.
+_SYSTEM, _USER = "spreadrl probe system", "spreadrl probe user"
+_ANSWER, _REASONING = "spreadrl probe answer", "spreadrl probe reasoning"
+_OBS1, _OBS2 = "spreadrl probe observation one", "spreadrl probe observation two"
+_TOOL = "spreadrl_probe_tool"
+_PROMPT = [{"role": "system", "content": _SYSTEM}, {"role": "user", "content": _USER}]
+
+
+class ChatTemplateError(SpreadrlError):
+    """The tokenizer's chat template does not render turns in a shape rollouts can append to."""
+
+
+def _render(tokenizer: Any, messages: list[dict[str, Any]], generation_prompt: bool) -> str:
+    return tokenizer.apply_chat_template(
+        messages, tokenize=False, add_generation_prompt=generation_prompt
+    )
+
+
+def _after(text: str, marker: str, what: str) -> str:
+    at = text.find(marker)
+    if at == -1:
+        raise ChatTemplateError(f"{what}: the template dropped the probe text {marker!r}")
+    return text[at + len(marker) :]
+
+
+def _tool_call_markers(tokenizer: Any, header: str, stop_text: str) -> tuple[str, str] | None:
+    """(open, close) around a Hermes-style JSON call, as the template renders ``tool_calls``."""
+    call = {"type": "function", "function": {"name": _TOOL, "arguments": {"probe": 1}}}
+    messages = [*_PROMPT, {"role": "assistant", "content": "", "tool_calls": [call]}]
+    messages.append({"role": "tool", "content": _OBS1})
+    try:
+        text = _render(tokenizer, messages, False)
+    except Exception:  # a template without tool calls; the parser keeps the fallback markers
+        return None
+    base = _render(tokenizer, list(_PROMPT), False)
+    seg = text[len(base) :] if text.startswith(base) else ""
+    name = seg.find(_TOOL)
+    start = seg.rfind("{", 0, name) if name != -1 else -1
+    if not seg.startswith(header) or start < len(header):
+        return None
+    try:
+        obj, end = json.JSONDecoder().raw_decode(seg, start)
+    except json.JSONDecodeError:
+        return None
+    stop = seg.find(stop_text, end)
+    if not isinstance(obj, dict) or obj.get("name") != _TOOL or stop == -1:
+        return None
+    opening, closing = seg[len(header) : start].strip(), seg[end:stop].strip()
+    return (opening, closing) if opening and closing else None
+
+
+def derive_chat_format(tokenizer: Any) -> ChatFormat:
+    """Render the tokenizer's chat template with probe messages and read off its format.
+
+    Raises :class:`ChatTemplateError` (naming what is missing) for a template
+    whose turns cannot be appended to: no generation prompt, a tool-response
+    wrapper that does not end in the generation prompt, or a turn end that does
+    not start with one token. Markers the template does not express (reasoning,
+    tool calls) keep :data:`FALLBACK`'s.
+    """
+    name = getattr(tokenizer, "name_or_path", "") or type(tokenizer).__name__
+    what = f"chat template of {name}"
+    base = _render(tokenizer, list(_PROMPT), False)
+    with_prompt = _render(tokenizer, list(_PROMPT), True)
+    if not with_prompt.startswith(base) or with_prompt == base:
+        raise ChatTemplateError(f"{what}: add_generation_prompt adds no assistant prompt")
+    generation_prompt = with_prompt[len(base) :]
+
+    answered = _render(tokenizer, [*_PROMPT, {"role": "assistant", "content": _ANSWER}], False)
+    turn_end = _after(answered, _ANSWER, what)
+    end_ids = tokenizer.encode(turn_end, add_special_tokens=False)
+    stop_text = tokenizer.decode(end_ids[:1], skip_special_tokens=False) if end_ids else ""
+    if not stop_text or not turn_end.startswith(stop_text):
+        raise ChatTemplateError(f"{what}: the assistant turn end {turn_end!r} has no stop token")
+
+    plain = {"role": "assistant", "content": _ANSWER}
+    tools = [{"role": "tool", "content": _OBS1}, {"role": "tool", "content": _OBS2}]
+    two = _render(tokenizer, [*_PROMPT, plain, *tools], True)
+    header = two[len(base) :].split(_ANSWER)[0] if two.startswith(base) else ""
+    rest = _after(two, _ANSWER, what)
+    if not rest.startswith(stop_text) or not rest.endswith(generation_prompt):
+        raise ChatTemplateError(
+            f"{what}: tool messages after an assistant turn are not rendered as "
+            f"{stop_text!r} ... {generation_prompt!r}: {rest!r}"
+        )
+    wrapper = rest[len(stop_text) :]
+    prefix, _, tail = wrapper.partition(_OBS1)
+    separator, _, suffix = tail.partition(_OBS2)
+    one = _after(_render(tokenizer, [*_PROMPT, plain, tools[0]], True), _ANSWER, what)
+    if not (prefix and suffix) or one != stop_text + prefix + _OBS1 + suffix:
+        raise ChatTemplateError(f"{what}: tool responses are not rendered in one wrapper: {rest!r}")
+
+    r_prefix, r_suffix = FALLBACK.reasoning_prefix, FALLBACK.reasoning_suffix
+    think_open, think_close = FALLBACK.think_open, FALLBACK.think_close
+    thought = {"role": "assistant", "content": _ANSWER, "reasoning_content": _REASONING}
+    seg = _render(tokenizer, [*_PROMPT, thought, tools[0]], True)[len(base) :]
+    if _REASONING in seg and seg.find(_REASONING) < seg.find(_ANSWER):
+        before, _, between = seg.partition(_REASONING)
+        between = between.split(_ANSWER)[0]
+        if before.startswith(generation_prompt) and between.strip():
+            r_prefix, r_suffix = before[len(generation_prompt) :], between
+            think_close = between.strip()
+            # the opening marker: written by the model, or the last line of the prompt
+            think_open = r_prefix.strip() or generation_prompt.rstrip("\n").rsplit("\n", 1)[-1]
+    markers = _tool_call_markers(tokenizer, header, stop_text)
+    call_open, call_close = markers or (FALLBACK.tool_call_open, FALLBACK.tool_call_close)
+
+    eos, pad = getattr(tokenizer, "eos_token", None), getattr(tokenizer, "pad_token", None)
+    stop_ids = [end_ids[0]]
+    eos_id = getattr(tokenizer, "eos_token_id", None)
+    if isinstance(eos_id, int) and eos_id not in stop_ids:
+        stop_ids.append(eos_id)
+    return ChatFormat(
+        generation_prompt=generation_prompt,
+        stop_text=stop_text,
+        tool_prefix=prefix,
+        tool_separator=separator,
+        tool_suffix=suffix,
+        reasoning_prefix=r_prefix,
+        reasoning_suffix=r_suffix,
+        think_open=think_open,
+        think_close=think_close,
+        tool_call_open=call_open,
+        tool_call_close=call_close,
+        end_markers=tuple(dict.fromkeys(m for m in (stop_text, eos, pad) if m)),
+        stop_ids=tuple(stop_ids),
+    )
+
+
+_CACHE: weakref.WeakKeyDictionary[Any, tuple[str, ChatFormat]] = weakref.WeakKeyDictionary()
+
+
+def chat_format(tokenizer: Any) -> ChatFormat:
+    """The chat format of ``tokenizer`` (cached per tokenizer and template); :data:`FALLBACK` without one."""
+    if tokenizer is None:
+        return FALLBACK
+    template = getattr(tokenizer, "chat_template", None)
+    if not template:
+        return _fallback_with_ids(tokenizer)
+    key = template if isinstance(template, str) else json.dumps(template, sort_keys=True)
+    try:
+        cached = _CACHE.get(tokenizer)
+    except TypeError:  # not weak-referenceable: derive every time
+        return derive_chat_format(tokenizer)
+    if cached is not None and cached[0] == key:
+        return cached[1]
+    fmt = derive_chat_format(tokenizer)
+    log.debug("chat format of %s: %s", getattr(tokenizer, "name_or_path", "?"), fmt)
+    _CACHE[tokenizer] = (key, fmt)
+    return fmt
+
+
+def _fallback_with_ids(tokenizer: Any) -> ChatFormat:
+    """:data:`FALLBACK` with this tokenizer's stop ids (its ``<|im_end|>``, then its eos)."""
+    ids: list[int] = []
+    for token in (FALLBACK.stop_text, getattr(tokenizer, "eos_token", None)):
+        if token is None:
+            continue
+        tid = tokenizer.convert_tokens_to_ids(token)
+        if isinstance(tid, int) and tid != tokenizer.unk_token_id and tid not in ids:
+            ids.append(tid)
+    if not ids:
+        raise ChatTemplateError(
+            f"{getattr(tokenizer, 'name_or_path', 'tokenizer')}: no chat template, "
+            f"and neither {FALLBACK.stop_text} nor an eos token to stop on"
+        )
+    return replace(FALLBACK, stop_ids=tuple(ids))
 
 
 def render_prompt_ids(
@@ -47,27 +342,27 @@ def render_prompt_ids(
     return list(tokenizer.encode(text, add_special_tokens=False))
 
 
-def tool_response_text(observations: Sequence[str]) -> str:
-    """The text the template puts between an assistant's ``<|im_end|>`` and the next assistant turn."""
-    blocks = "".join(f"\n<tool_response>\n{obs}\n</tool_response>" for obs in observations)
-    return f"\n<|im_start|>user{blocks}<|im_end|>\n<|im_start|>assistant\n"
+def tool_response_text(observations: Sequence[str], fmt: ChatFormat = FALLBACK) -> str:
+    """The text ``fmt``'s template puts between an assistant's stop and the next assistant turn."""
+    return fmt.tool_response_text(observations)
 
 
 def tool_response_ids(tokenizer: Any, observations: Sequence[str]) -> list[int]:
-    """Ids to append after an assistant turn that ended with ``<|im_end|>``.
+    """Ids to append after an assistant turn that ended with its stop token.
 
-    One user turn holding every observation (one per tool call of the turn, in
+    One wrapper holding every observation (one per tool call of the turn, in
     order), then the prompt for the next assistant turn. Not trained (mask 0).
     """
     if not observations:
         raise ValueError("tool_response_ids needs at least one observation")
-    return list(tokenizer.encode(tool_response_text(observations), add_special_tokens=False))
+    text = chat_format(tokenizer).tool_response_text(observations)
+    return list(tokenizer.encode(text, add_special_tokens=False))
 
 
 def assistant_end_ids(tokenizer: Any) -> list[int]:
-    """Ids that close an assistant turn the sampler cut short (length limit): ``<|im_end|>``.
+    """Ids that close an assistant turn the sampler cut short (length limit): the stop token.
 
     The rollout loop appends these with mask 0, so the context stays a
     well-formed conversation and :func:`tool_response_ids` can follow.
     """
-    return list(tokenizer.encode(IM_END, add_special_tokens=False))
+    return list(chat_format(tokenizer).stop_ids[:1])

@@ -32,7 +32,6 @@ DEFAULT_SYSTEM_PROMPT = (
 )
 
 
-_TURN_END_MARKERS = ("<|im_end|>", "<|endoftext|>")
 SCHEDULERS = ("auto", "turn", "episode")
 
 
@@ -136,11 +135,15 @@ def take_turn(
 
     Returns what the turn's observations will come from: tool futures, or
     error strings for calls that could not be parsed."""
+    from spreadrl.rollout.chat import chat_format
     from spreadrl.rollout.parsing import parse_assistant_turn
 
     _record_turn(state, turn, token_level, tokenizer)
     parsed = parse_assistant_turn(
-        turn.text, state.tool_names, max_calls=settings.max_calls_per_turn
+        turn.text,
+        state.tool_names,
+        max_calls=settings.max_calls_per_turn,
+        fmt=chat_format(tokenizer if token_level else None),
     )
     if parsed.errors:
         state.traj.parse_errors += len(parsed.errors)
@@ -255,8 +258,9 @@ def start_episodes(
 
 
 def _record_turn(state: EpisodeState, turn: PolicyTurn, token_level: bool, tokenizer: Any) -> None:
-    from spreadrl.rollout.chat import assistant_end_ids
+    from spreadrl.rollout.chat import assistant_end_ids, chat_format
 
+    fmt = chat_format(tokenizer if token_level else None)
     state.turns_taken += 1
     traj = state.traj
     traj.turns += 1
@@ -271,10 +275,9 @@ def _record_turn(state: EpisodeState, turn: PolicyTurn, token_level: bool, token
             traj.response_ids.extend(closing)
             traj.response_mask.extend([0] * len(closing))
             traj.rollout_logprobs.extend([0.0] * len(closing))
-        text = tokenizer.decode(turn.token_ids, skip_special_tokens=False)
-        for marker in _TURN_END_MARKERS:
-            text = text.replace(marker, "")
-    traj.messages.append({"role": "assistant", "content": text})
+        text = fmt.strip_end_markers(tokenizer.decode(turn.token_ids, skip_special_tokens=False))
+    # reasoning as reasoning_content, so re-rendering with the template gives the sampled text
+    traj.messages.append(fmt.assistant_message(text))
     turn.text = text
 
 

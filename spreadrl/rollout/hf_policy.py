@@ -104,14 +104,7 @@ class HFPolicy:
 
 
 def stop_token_ids(tokenizer: Any) -> list[int]:
-    """End-of-turn ids: <|im_end|> first (Qwen's turn end), then the tokenizer's eos."""
-    ids: list[int] = []
-    for token in ("<|im_end|>", tokenizer.eos_token):
-        if token is None:
-            continue
-        tid = tokenizer.convert_tokens_to_ids(token)
-        if isinstance(tid, int) and tid != tokenizer.unk_token_id and tid not in ids:
-            ids.append(tid)
-    if not ids:
-        raise ValueError("tokenizer has neither <|im_end|> nor an eos token")
-    return ids
+    """End-of-turn ids: the chat template's turn end (Qwen's ``<|im_end|>``), then the eos."""
+    from spreadrl.rollout.chat import chat_format
+
+    return list(chat_format(tokenizer).stop_ids)

@@ -16,6 +16,7 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import TYPE_CHECKING, Any
 
 from spreadrl.errors import SpreadrlError
+from spreadrl.rollout.chat import HERMES_TOOL_RESPONSE, hermes_tool_call
 from spreadrl.rollout.types import PolicyTurn, SamplingParams
 
 if TYPE_CHECKING:
@@ -95,8 +96,7 @@ class OpenAIPolicy:
                 parsed = json.loads(args) if isinstance(args, str) else args
             except json.JSONDecodeError:
                 parsed = args  # let the parser report the bad JSON to the model
-            payload = json.dumps({"name": fn.get("name"), "arguments": parsed}, ensure_ascii=False)
-            text += f"\n<tool_call>\n{payload}\n</tool_call>"
+            text += "\n" + hermes_tool_call(fn.get("name"), parsed)
         finish = "length" if choice.get("finish_reason") == "length" else "stop"
         return PolicyTurn(text=text.strip(), finish_reason=finish)
 
@@ -106,7 +106,8 @@ def to_openai_messages(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
     out: list[dict[str, Any]] = []
     for message in messages:
         if message["role"] == "tool":
-            wrapped = f"<tool_response>\n{message['content']}\n</tool_response>"
+            opening, closing = HERMES_TOOL_RESPONSE
+            wrapped = f"{opening}{message['content']}{closing}"
             if out and out[-1]["role"] == "user" and out[-1].get("_tool"):
                 out[-1]["content"] += "\n" + wrapped
             else:

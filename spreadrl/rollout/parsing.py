@@ -1,4 +1,7 @@
-"""Parse an assistant turn (Qwen3 / Hermes format) into text, reasoning and tool calls.
+"""Parse an assistant turn (Hermes tool calls, ``<think>``-style reasoning) into text, reasoning and calls.
+
+The markers come from the tokenizer's chat format (:mod:`spreadrl.rollout.chat`,
+derived from its template); without one, Qwen3's (:data:`~spreadrl.rollout.chat.FALLBACK`).
 
 Model output is untrusted: whatever it is, :func:`parse_assistant_turn`
 returns a :class:`ParsedTurn` and never raises. Problems become ``errors``,
@@ -15,12 +18,8 @@ from collections.abc import Collection
 from dataclasses import dataclass, field
 
 from spreadrl.env.types import ToolCall
+from spreadrl.rollout.chat import FALLBACK, ChatFormat
 
-TOOL_CALL_OPEN = "<tool_call>"
-TOOL_CALL_CLOSE = "</tool_call>"
-THINK_OPEN = "<think>"
-THINK_CLOSE = "</think>"
-_END_MARKERS = ("<|im_end|>", "<|endoftext|>")
 _SNIPPET = 80
 
 
@@ -50,27 +49,11 @@ def _snippet(text: str) -> str:
     return text if len(text) <= _SNIPPET else text[:_SNIPPET] + "..."
 
 
-def _split_reasoning(text: str) -> tuple[str | None, str]:
-    """(reasoning, rest). Qwen3 may omit ``<think>`` (the template opened it), so ``</think>`` alone counts."""
-    close = text.find(THINK_CLOSE)
-    if close == -1:
-        open_ = text.find(THINK_OPEN)
-        if open_ == -1:
-            return None, text
-        # unterminated <think>: everything after it is reasoning (a length cut mid-thought)
-        return text[open_ + len(THINK_OPEN) :].strip(), text[:open_]
-    before = text[:close]
-    open_ = before.find(THINK_OPEN)
-    reasoning = before[open_ + len(THINK_OPEN) :] if open_ != -1 else before
-    prefix = before[:open_] if open_ != -1 else ""
-    return reasoning.strip(), prefix + text[close + len(THINK_CLOSE) :]
-
-
-def _parse_call(body: str, tool_names: Collection[str] | None) -> ToolCall | str:
+def _parse_call(body: str, tool_names: Collection[str] | None, opening: str) -> ToolCall | str:
     """A ToolCall, or an error message for the model."""
     body = body.strip()
     if not body:
-        return 'empty <tool_call> block; write a JSON object with "name" and "arguments"'
+        return f'empty {opening} block; write a JSON object with "name" and "arguments"'
     try:
         data = json.loads(body)
     except json.JSONDecodeError as exc:
@@ -99,51 +82,60 @@ def _parse_call(body: str, tool_names: Collection[str] | None) -> ToolCall | str
 
 
 def parse_assistant_turn(
-    text: str, tool_names: Collection[str] | None = None, *, max_calls: int = 1
+    text: str,
+    tool_names: Collection[str] | None = None,
+    *,
+    max_calls: int = 1,
+    fmt: ChatFormat | None = None,
 ) -> ParsedTurn:
     """Parse one assistant turn; never raises on model output.
 
     ``tool_names``: the valid tools (None accepts any name). ``max_calls``: calls
-    allowed in one turn; extra calls are not run and add an error. Trailing
-    end-of-turn markers (``<|im_end|>``) are ignored.
+    allowed in one turn; extra calls are not run and add an error. ``fmt``: the
+    tokenizer's chat format (markers, and whether the prompt opened the
+    reasoning block); end-of-turn markers are ignored. Calls inside the
+    reasoning are not run.
     """
+    fmt = fmt or FALLBACK
+    opening, closing = fmt.tool_call_open, fmt.tool_call_close
     if not isinstance(text, str):
         text = "" if text is None else str(text)
-    for marker in _END_MARKERS:
-        text = text.replace(marker, "")
-    reasoning, rest = _split_reasoning(text)
+    text = fmt.strip_end_markers(text)
+    reasoning, rest = fmt.split_reasoning(text)
+    if reasoning is not None:
+        reasoning = reasoning.strip()
     content_parts: list[str] = []
     calls: list[ToolCall] = []
     errors: list[str] = []
     n_blocks = 0
     pos = 0
     while True:
-        start = rest.find(TOOL_CALL_OPEN, pos)
-        stray_close = rest.find(TOOL_CALL_CLOSE, pos)
+        start = rest.find(opening, pos)
+        stray_close = rest.find(closing, pos)
         if stray_close != -1 and (start == -1 or stray_close < start):
             content_parts.append(rest[pos:stray_close])
-            errors.append(f"found {TOOL_CALL_CLOSE} without a matching {TOOL_CALL_OPEN}")
-            pos = stray_close + len(TOOL_CALL_CLOSE)
+            errors.append(f"found {closing} without a matching {opening}")
+            pos = stray_close + len(closing)
             continue
         if start == -1:
             content_parts.append(rest[pos:])
             break
         content_parts.append(rest[pos:start])
-        body_start = start + len(TOOL_CALL_OPEN)
-        end = rest.find(TOOL_CALL_CLOSE, body_start)
+        body_start = start + len(opening)
+        end = rest.find(closing, body_start)
         if end == -1:
             errors.append(
-                f"unterminated {TOOL_CALL_OPEN}: close each call with {TOOL_CALL_CLOSE}"
+                f"unterminated {opening}: close each call with {closing}"
                 f" ({_snippet(rest[body_start:]) or 'empty'})"
             )
             break
         n_blocks += 1
-        result = _parse_call(rest[body_start:end], tool_names)
+        result = _parse_call(rest[body_start:end], tool_names, opening)
         if isinstance(result, str):
             errors.append(result)
         elif len(calls) < max_calls:
             calls.append(result)
-        pos = end + len(TOOL_CALL_CLOSE)
+        pos = end + len(closing)
     if n_blocks > max_calls:
         errors.append(f"{n_blocks} tool calls in one turn; at most {max_calls} allowed per turn")
     return ParsedTurn(

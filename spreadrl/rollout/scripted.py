@@ -7,10 +7,10 @@ a model (Hermes ``<tool_call>`` tags), so they exercise the real parser.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
+from spreadrl.rollout.chat import hermes_tool_call
 from spreadrl.rollout.types import PolicyTurn, SamplingParams
 
 if TYPE_CHECKING:
@@ -21,8 +21,7 @@ FINAL_ANSWER = "Done."
 
 def format_tool_call(name: str, arguments: dict) -> str:
     """A tool call in the Hermes format Qwen3 models emit."""
-    payload = json.dumps({"name": name, "arguments": arguments}, ensure_ascii=False)
-    return f"<tool_call>\n{payload}\n</tool_call>"
+    return hermes_tool_call(name, arguments)
 
 
 class OraclePolicy:

@@ -1,7 +1,7 @@
 """One chat completion with the loaded model: render, generate, parse into OpenAI's shape.
 
-The conversation is rendered with the tokenizer's chat template (Qwen3 /
-Hermes tool format, the one the agent was trained on), one assistant turn is
+The conversation is rendered with the tokenizer's chat template (the one the
+agent was trained on; its format is derived by :mod:`spreadrl.rollout.chat`), one assistant turn is
 generated, and its ``<tool_call>`` blocks become OpenAI ``tool_calls`` with
 JSON-string arguments, so a client can run the tools and send the results
 back as ``role: "tool"`` messages.
@@ -19,8 +19,6 @@ from typing import Any
 
 from spreadrl.rollout.types import SamplingParams
 from spreadrl.serve.schemas import ChatCompletionRequest
-
-_END_MARKERS = ("<|im_end|>", "<|endoftext|>")
 
 
 @dataclass
@@ -76,17 +74,18 @@ def complete(
     policy: Any, tokenizer: Any, request: ChatCompletionRequest, max_tokens: int
 ) -> Completion:
     """Generate one assistant turn for ``request`` (blocking; run it in a worker thread)."""
-    from spreadrl.rollout.chat import render_prompt_ids
+    from spreadrl.rollout.chat import chat_format, render_prompt_ids
     from spreadrl.rollout.parsing import parse_assistant_turn
+
+    fmt = chat_format(tokenizer)
 
     tools = [t.model_dump() for t in request.tools] if request.tools else None
     prompt_ids = render_prompt_ids(tokenizer, to_template_messages(request), tools)
     (turn,) = policy.act([prompt_ids], sampling_for(request, max_tokens))
     ids = turn.token_ids or []
     text = tokenizer.decode(ids, skip_special_tokens=False) if turn.token_ids else turn.text
-    for marker in _END_MARKERS:
-        text = text.replace(marker, "")
-    parsed = parse_assistant_turn(text, None, max_calls=64)
+    text = fmt.strip_end_markers(text)
+    parsed = parse_assistant_turn(text, None, max_calls=64, fmt=fmt)
     calls = [
         {
             "id": f"call_{uuid.uuid4().hex[:24]}",

@@ -171,7 +171,7 @@ def steps_of(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
             steps.append(
                 {
                     "text": parsed.content,
-                    "reasoning": parsed.reasoning,
+                    "reasoning": message.get("reasoning_content") or parsed.reasoning,
                     "tool_calls": [c.to_json() for c in parsed.tool_calls],
                     "errors": parsed.errors,
                     "observations": [],

@@ -5,7 +5,9 @@ the rendered prompt, then each assistant message's tokens plus the
 end-of-turn token (trained), then the tool responses through the same
 ``tool_response_ids`` the rollout loop appends (not trained). So the model
 learns precisely the token structure it will later sample in, and SFT and RL
-agree on what an episode looks like.
+agree on what an episode looks like. An assistant message's text is what the
+model samples under the tokenizer's chat format, its reasoning
+(``reasoning_content``, or an inline ``<think>`` block) included and trained.
 """
 
 from __future__ import annotations
@@ -41,14 +43,15 @@ def encode_conversation(
     tokenizer: Any, messages: Sequence[dict[str, Any]], tools: Sequence[dict[str, Any]] | None
 ) -> Sample:
     """Token ids and loss mask of one conversation (system/user first, then the agent's turns)."""
-    from spreadrl.rollout.chat import render_prompt_ids, tool_response_ids
+    from spreadrl.rollout.chat import chat_format, render_prompt_ids, tool_response_ids
 
     first = next((i for i, m in enumerate(messages) if m["role"] == "assistant"), None)
     if first is None:
         raise SpreadrlError("conversation has no assistant message to train on")
     ids = list(render_prompt_ids(tokenizer, list(messages[:first]), list(tools or []) or None))
     mask = [0] * len(ids)
-    end_id = tokenizer.convert_tokens_to_ids("<|im_end|>")
+    fmt = chat_format(tokenizer)
+    end_ids = list(fmt.stop_ids[:1])
     pending_tools: list[str] = []
     for message in messages[first:]:
         role = message["role"]
@@ -58,7 +61,8 @@ def encode_conversation(
                 ids += segment
                 mask += [0] * len(segment)
                 pending_tools = []
-            tokens = tokenizer.encode(message["content"], add_special_tokens=False) + [end_id]
+            text = fmt.assistant_text(message["content"], message.get("reasoning_content"))
+            tokens = tokenizer.encode(text, add_special_tokens=False) + end_ids
             ids += tokens
             mask += [1] * len(tokens)
         elif role == "tool":
