@@ -39,13 +39,14 @@ def load_policy(
 
     if backend == "vllm":
         from spreadrl.rollout.hf_policy import stop_token_ids
-        from spreadrl.rollout.vllm_policy import VLLMPolicy, import_vllm
+        from spreadrl.rollout.vllm_policy import EngineSettings, VLLMPolicy, require_vllm_gpu
 
-        import_vllm()
+        require_vllm_gpu()  # before loading anything: one clear line, no fallback
         from transformers import AutoTokenizer
 
         tokenizer = AutoTokenizer.from_pretrained(model)
-        return VLLMPolicy(model, stop_token_ids=stop_token_ids(tokenizer)), tokenizer
+        settings = EngineSettings(dtype=dtype)
+        return VLLMPolicy(model, settings, stop_token_ids=stop_token_ids(tokenizer)), tokenizer
     from spreadrl.rollout.hf_policy import HFPolicy
 
     model_obj, tokenizer = load_model_and_tokenizer(model, dtype=dtype, device=device)

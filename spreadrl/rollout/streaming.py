@@ -12,6 +12,12 @@ which is how vLLM's engine works with continuous batching).
 
 Trajectories are the same as under the turn scheduler for a policy whose
 output depends only on the context; what changes is the interleaving.
+
+Nothing waits forever: a request still unfinished when its episode's wall
+time (``episode_wall_time_s``) runs out is aborted in the engine (``abort``,
+when the policy has one) and its episode ends as ``wall_time``; a turn the
+engine itself aborted ends its episode as ``aborted``, with the reason in
+``traj.error``; neither is mistaken for a turn cut by its token budget.
 """
 
 from __future__ import annotations
@@ -46,7 +52,9 @@ class StreamingPolicy(Protocol):
     def submit(self, request_id: str, context: Sequence[int], params: SamplingParams) -> None: ...
 
     def poll(self) -> list[tuple[str, PolicyTurn]]:
-        """Advance generation a little; return the turns that finished meanwhile."""
+        """Advance generation a little; return the turns that finished meanwhile.
+
+        A turn whose ``finish_reason`` is "abort" never finished (the engine dropped it)."""
         ...
 
 
@@ -62,6 +70,7 @@ def run_streaming(
     """Run ``active`` episodes to their end; finished ones are appended to ``finishing``."""
     batch = uuid.uuid4().hex[:8]  # engines keep request ids unique across calls too
     generating: dict[str, tuple[EpisodeState, int]] = {}
+    abort = getattr(policy, "abort", None)
     in_tools: list[tuple[EpisodeState, list[Future[StepResult] | str]]] = []
 
     def queue_turn(state: EpisodeState) -> None:
@@ -83,12 +92,31 @@ def run_streaming(
             finished = policy.poll()
             timings["generate_s"] += time.perf_counter() - t0
             for request_id, turn in finished:
+                if request_id not in generating:  # given up on at its deadline
+                    continue
                 state, room = generating.pop(request_id)
+                if turn.finish_reason == "abort":
+                    state.traj.error = f"the engine aborted generation request {request_id}"
+                    state.end("aborted")
+                    end(state)
+                    continue
                 items = take_turn(state, clip_turn(turn, room), pool, settings, True, tokenizer)
                 if state.done:
                     end(state)
                 else:
                     in_tools.append((state, items))
+        late = _past_deadline(generating, settings)
+        if late:
+            if abort is not None:
+                abort(late)
+            for request_id in late:
+                state, _ = generating.pop(request_id)
+                state.traj.error = (
+                    f"generation request {request_id} had no result within the episode's "
+                    f"wall time ({settings.episode_wall_time_s:g} s)"
+                )
+                state.end("wall_time")
+                end(state)
         if not in_tools:
             continue
         t0 = time.perf_counter()
@@ -108,3 +136,15 @@ def run_streaming(
                 queue_turn(state)
         in_tools = waiting
         timings["tools_s"] += time.perf_counter() - t0
+
+
+def _past_deadline(
+    generating: dict[str, tuple[EpisodeState, int]], settings: RolloutSettings
+) -> list[str]:
+    """Requests whose episode has used up its wall time while they were generating."""
+    now = time.monotonic()
+    return [
+        request_id
+        for request_id, (state, _) in generating.items()
+        if now - state.started > settings.episode_wall_time_s
+    ]

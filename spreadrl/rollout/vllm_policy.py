@@ -1,36 +1,107 @@
 """The vLLM rollout backend (the ``gpu`` extra): fast token-in/token-out sampling.
 
-Prompts go in as token ids (``TokensPrompt``) and sampled ids and their
-log-probs come out, so multi-turn contexts are never re-tokenized. The engine
-is created with sleep mode so a colocated trainer can free its memory during
-the update (``sleep``/``wake_up``) and push new weights in place
-(``load_weights``) without writing them to disk.
+Prompts go in as token ids and sampled ids and their log-probs come out, so
+multi-turn contexts are never re-tokenized. Written against vLLM 0.33 (the
+range pinned in the ``gpu`` extra); every piece of vLLM used here is recorded
+in :mod:`spreadrl.rollout.vllm_surface` and checked against the real package.
 
 Two ways to drive it: ``act`` generates one turn for a batch of contexts (the
-turn scheduler), and ``submit``/``poll`` feed single turns into the running
-engine and collect them as they finish (the episode scheduler of
+turn scheduler), and ``submit``/``poll``/``abort`` feed single turns into the
+running engine and collect them as they finish (the episode scheduler of
 :mod:`spreadrl.rollout.streaming`, which never makes the engine wait for tools).
+
+Weight sync for a colocated trainer lives in :mod:`spreadrl.rollout.colocate`.
 """
 
 from __future__ import annotations
 
+import os
 from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 from spreadrl.errors import MissingDependencyError
 from spreadrl.rollout.types import PolicyTurn, SamplingParams, derive_seed
 
+INSTALL_HINT = "pip install 'spreadrl[gpu]' on a CUDA machine, or set rollout.backend=hf"
+
+# vLLM's finish reasons (vllm/v1/engine/__init__.py FINISH_REASON_STRINGS) as spreadrl's:
+# "repetition" is a cut like "length"; "abort" and "error" mean the turn never finished
+FINISH_REASONS = {
+    "stop": "stop",
+    "length": "length",
+    "repetition": "length",
+    "abort": "abort",
+    "error": "abort",
+}
+
 
 def import_vllm() -> Any:
-    """vLLM, or a clear message naming the extra to install."""
+    """vLLM, or a one-line message naming the extra to install and the alternative."""
     try:
         import vllm
     except ImportError as exc:
         raise MissingDependencyError(
-            "the vllm backend needs vLLM and a GPU: pip install 'spreadrl[gpu]' "
-            "(or use --backend hf, which runs on CPU and GPU)"
+            f"the vllm rollout backend needs vLLM and a GPU: {INSTALL_HINT}"
         ) from exc
     return vllm
+
+
+def require_vllm_gpu() -> Any:
+    """vLLM with a CUDA device to run it, checked at start-up rather than deep in a step."""
+    vllm = import_vllm()
+    import torch
+
+    if not torch.cuda.is_available():
+        raise MissingDependencyError(
+            f"the vllm rollout backend needs a CUDA GPU and none is visible: {INSTALL_HINT}"
+        )
+    return vllm
+
+
+@dataclass(frozen=True)
+class EngineSettings:
+    """What the engine is built with; the GRPO recipe fills it from its config.
+
+    ``max_model_len`` bounds the KV cache: a model's own limit (262,144 positions for
+    Qwen3-4B-Thinking-2507) would not fit beside the trainer, so recipes pass
+    prompt budget + response budget. ``weight_transfer`` ("ipc") turns on vLLM's RL
+    weight-transfer engine for a colocated trainer; None serves fixed weights."""
+
+    max_model_len: int | None = None
+    gpu_memory_utilization: float = 0.9
+    enable_sleep_mode: bool = False
+    seed: int = 0
+    tensor_parallel_size: int = 1
+    dtype: str = "auto"
+    weight_transfer: str | None = None
+
+
+def engine_kwargs(model_path: str, settings: EngineSettings) -> dict[str, Any]:
+    """Keyword arguments for ``vllm.LLM`` (its own and those it hands to ``EngineArgs``)."""
+    kwargs: dict[str, Any] = {
+        "model": model_path,
+        "tensor_parallel_size": settings.tensor_parallel_size,
+        "dtype": settings.dtype,
+        "seed": settings.seed,
+        "gpu_memory_utilization": settings.gpu_memory_utilization,
+        "enable_sleep_mode": settings.enable_sleep_mode,
+        # log-probs of the distribution actually sampled from (after temperature and
+        # top-k/top-p), which is what truncated importance sampling compares with
+        "logprobs_mode": "processed_logprobs",
+    }
+    if settings.max_model_len:
+        kwargs["max_model_len"] = settings.max_model_len
+    if settings.weight_transfer:
+        kwargs["weight_transfer_config"] = {"backend": settings.weight_transfer}
+        # CUDA IPC cannot open a handle in the process that exported it: the engine
+        # must run in its own process, which is vLLM's default ("mp")
+        if os.environ.get("VLLM_ENABLE_V1_MULTIPROCESSING", "1") == "0":
+            raise MissingDependencyError(
+                "VLLM_ENABLE_V1_MULTIPROCESSING=0 puts the vLLM engine in the trainer's "
+                "process, where ipc weight transfer cannot work: unset it"
+            )
+    return kwargs
 
 
 class VLLMPolicy:
@@ -41,56 +112,37 @@ class VLLMPolicy:
     def __init__(
         self,
         model_path: str,
+        settings: EngineSettings | None = None,
         *,
-        gpu_memory_utilization: float = 0.5,
-        tensor_parallel_size: int = 1,
-        enable_sleep_mode: bool = True,
-        seed: int = 0,
-        max_model_len: int | None = None,
         llm: Any = None,
         stop_token_ids: Sequence[int] = (),
     ) -> None:
         vllm = import_vllm()
-        if llm is None:
-            kwargs: dict[str, Any] = {
-                "model": model_path,
-                "gpu_memory_utilization": gpu_memory_utilization,
-                "tensor_parallel_size": tensor_parallel_size,
-                "enable_sleep_mode": enable_sleep_mode,
-                "seed": seed,
-                # log-probs of the distribution actually sampled from (after temperature),
-                # which is what the trainer recomputes for importance sampling
-                "logprobs_mode": "processed_logprobs",
-            }
-            if max_model_len:
-                kwargs["max_model_len"] = max_model_len
-            llm = vllm.LLM(**kwargs)
+        self.settings = settings or EngineSettings()
+        self.llm = llm if llm is not None else vllm.LLM(**engine_kwargs(model_path, self.settings))
         self.vllm = vllm
-        self.llm = llm
         self.stop_token_ids = list(stop_token_ids)
         self.sleeping = False
 
     def act(self, contexts: Sequence[Sequence[int]], params: SamplingParams) -> list[PolicyTurn]:
         """One turn for each context, all generated together (the turn scheduler)."""
-        if self.sleeping:
-            self.wake_up()
+        self._ensure_awake()
         prompts = [{"prompt_token_ids": list(c)} for c in contexts]
         sampling = [
             self._sampling(params, derive_seed(params.seed, str(i))) for i in range(len(prompts))
         ]
-        outputs = self.llm.generate(prompts, sampling, use_tqdm=False)
+        outputs = self.llm.generate(prompts, sampling_params=sampling, use_tqdm=False)
         return [_turn(output) for output in outputs]
 
     def submit(self, request_id: str, context: Sequence[int], params: SamplingParams) -> None:
         """Queue one turn in the running engine (the episode scheduler): continuous
         batching starts decoding it at the next step, beside whatever is running.
         ``params.seed`` is this request's own (the scheduler derives one per turn)."""
-        if self.sleeping:
-            self.wake_up()
+        self._ensure_awake()
         self.llm.llm_engine.add_request(
-            request_id,
-            {"prompt_token_ids": list(context)},
-            self._sampling(params, params.seed, final_only=True),
+            request_id=request_id,
+            prompt={"prompt_token_ids": list(context)},
+            params=self._sampling(params, params.seed, final_only=True),
         )
 
     def poll(self) -> list[tuple[str, PolicyTurn]]:
@@ -100,13 +152,17 @@ class VLLMPolicy:
             return []
         return [(out.request_id, _turn(out)) for out in engine.step() if out.finished]
 
+    def abort(self, request_ids: Sequence[str]) -> None:
+        """Stop requests the scheduler gave up on (past their deadline)."""
+        self.llm.llm_engine.abort_request(request_ids=list(request_ids))
+
     def _sampling(
         self, params: SamplingParams, seed: int | None, *, final_only: bool = False
     ) -> Any:
         kwargs: dict[str, Any] = {
             "temperature": params.temperature,
             "top_p": params.top_p,
-            "top_k": params.top_k if params.top_k > 0 else -1,
+            "top_k": max(params.top_k, 0),  # 0 = off in vLLM 0.33
             "max_tokens": params.max_new_tokens,
             "logprobs": 0,  # the sampled token's log-prob, for importance sampling
             "seed": seed,
@@ -114,10 +170,14 @@ class VLLMPolicy:
             "skip_special_tokens": False,
         }
         if final_only:  # one output per request, when it is done (as LLM.generate asks)
-            kind = getattr(getattr(self.vllm, "sampling_params", None), "RequestOutputKind", None)
-            if kind is not None:
-                kwargs["output_kind"] = kind.FINAL_ONLY
+            from vllm.sampling_params import RequestOutputKind
+
+            kwargs["output_kind"] = RequestOutputKind.FINAL_ONLY
         return self.vllm.SamplingParams(**kwargs)
+
+    def _ensure_awake(self) -> None:
+        if self.sleeping:
+            self.wake_up()
 
     def sleep(self, level: int = 1) -> None:
         """Free GPU memory for the update: level 1 offloads weights, level 2 drops them."""
@@ -125,21 +185,15 @@ class VLLMPolicy:
         self.sleeping = True
 
     def wake_up(self, tags: Iterable[str] | None = None) -> None:
-        """Wake the weights (and later the KV cache) before generation resumes."""
-        self.llm.wake_up(tags=list(tags) if tags is not None else None)
-        self.sleeping = False
+        """Wake the weights and the KV cache (or only ``tags``, as the weight sync does)."""
+        wanted = list(tags) if tags is not None else None
+        self.llm.wake_up(tags=wanted)
+        if wanted is None or "kv_cache" in wanted:
+            self.sleeping = False
 
-    def load_weights(self, named_tensors: Iterable[tuple[str, Any]]) -> None:
-        """Load new policy weights in place on the engine's workers (colocated sync)."""
-        weights = list(named_tensors)
-
-        def _load(worker: Any) -> None:
-            worker.model_runner.model.load_weights(weights=weights)
-
-        self.llm.collective_rpc(_load)
-        reset = getattr(self.llm, "reset_prefix_cache", None)
-        if reset is not None:
-            reset()
+    def reset_prefix_cache(self) -> None:
+        """Drop cached KV computed with old weights."""
+        self.llm.reset_prefix_cache()
 
 
 def _turn(output: Any) -> PolicyTurn:
@@ -151,5 +205,5 @@ def _turn(output: Any) -> PolicyTurn:
         float(step[token].logprob) if step and token in step else 0.0
         for step, token in zip(steps, ids, strict=False)
     ]
-    finish = "stop" if completion.finish_reason == "stop" else "length"
+    finish = FINISH_REASONS.get(completion.finish_reason or "length", "length")
     return PolicyTurn(completion.text, ids, logprobs, finish)

@@ -52,6 +52,9 @@ class DataConfig:
 @dataclass(frozen=True)
 class RolloutConfig:
     backend: Literal["hf", "vllm"] = option("hf", "Rollout engine: transformers or colocated vLLM.")
+    vllm_gpu_memory_utilization: float = option(
+        0.3, "vllm: share of GPU memory the engine takes (weights + KV cache) beside the trainer."
+    )
     temperature: float = option(1.0, "Sampling temperature.")
     top_p: float = option(1.0, "Nucleus sampling threshold.")
     top_k: int = option(0, "Top-k sampling (0 = off).")
@@ -72,6 +75,11 @@ class RolloutConfig:
         if self.group_size < 2:
             raise ConfigError(
                 f"rollout.group_size must be at least 2 for GRPO, got {self.group_size}"
+            )
+        if not 0 < self.vllm_gpu_memory_utilization <= 1:
+            raise ConfigError(
+                "rollout.vllm_gpu_memory_utilization must be in (0, 1], "
+                f"got {self.vllm_gpu_memory_utilization}"
             )
 
 

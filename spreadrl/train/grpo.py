@@ -281,6 +281,7 @@ def train_grpo(
     console = console or Console()
     run = Run(cfg, console, seed_per_rank=True)
     info = run.info
+    check_rollout_backend(cfg, info)
     model, tokenizer = run.build_model()
     pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0
     ref = build_reference(model, cfg)
@@ -378,30 +379,59 @@ def train_grpo(
     return run.finish(model, tokenizer)
 
 
+def check_rollout_backend(cfg: Any, info: DistInfo) -> None:
+    """Stop at start-up, in one line, when the configured rollout backend cannot run here.
+
+    There is no silent fallback: a recipe that asks for vLLM and gets the hf
+    backend would run for hours at a fraction of the speed, or run out of memory
+    far from the cause."""
+    if cfg.rollout.backend != "vllm":
+        return
+    from spreadrl.errors import ConfigError
+    from spreadrl.rollout.vllm_policy import require_vllm_gpu
+
+    if cfg.data.max_prompt_tokens <= 0:
+        raise ConfigError(
+            "rollout.backend=vllm needs data.max_prompt_tokens > 0: the engine's KV cache is "
+            "sized for data.max_prompt_tokens + rollout.max_response_tokens"
+        )
+    if info.world_size > 1:
+        raise ConfigError(
+            "rollout.backend=vllm runs in one process for now (under torchrun vLLM would run "
+            "inside each trainer process, where its ipc weight transfer cannot work); "
+            "run without torchrun, or set rollout.backend=hf"
+        )
+    require_vllm_gpu()
+
+
 def build_rollout_policy(
     cfg: Any, model: Any, tokenizer: Any, info: DistInfo, console: Any
 ) -> tuple[Any, Any]:
     """The trainer's own model through transformers, or a colocated vLLM engine.
 
-    vLLM needs the ``gpu`` extra; without it the hf backend is used, with a message.
+    The vLLM engine is sized from the recipe (``max_model_len`` = prompt budget +
+    response budget, ``rollout.vllm_gpu_memory_utilization``), sleeps during the
+    update and receives new weights through vLLM's weight-transfer API.
     """
     from spreadrl.rollout.hf_policy import HFPolicy, stop_token_ids
 
     batch = cfg.rollout.group_size * cfg.rollout.prompts_per_step
     if cfg.rollout.backend == "vllm":
-        from spreadrl.errors import MissingDependencyError
         from spreadrl.rollout.colocate import ColocatedRollouts
-        from spreadrl.rollout.vllm_policy import VLLMPolicy
+        from spreadrl.rollout.vllm_policy import EngineSettings, VLLMPolicy
 
-        try:
-            engine = VLLMPolicy(
-                cfg.model.name_or_path,
-                stop_token_ids=stop_token_ids(tokenizer),
-                seed=cfg.seed + info.rank,
-            )
-            return engine, ColocatedRollouts(engine)
-        except MissingDependencyError as exc:
-            console.print(f"[yellow]{exc}; falling back to the hf rollout backend[/]")
+        settings = EngineSettings(
+            max_model_len=cfg.data.max_prompt_tokens + cfg.rollout.max_response_tokens,
+            gpu_memory_utilization=cfg.rollout.vllm_gpu_memory_utilization,
+            enable_sleep_mode=True,
+            seed=cfg.seed + info.rank,
+            dtype="bfloat16" if cfg.model.dtype == "auto" else cfg.model.dtype,
+            weight_transfer="ipc",
+        )
+        engine = VLLMPolicy(
+            cfg.model.name_or_path, settings, stop_token_ids=stop_token_ids(tokenizer)
+        )
+        return engine, ColocatedRollouts(engine)
     return HFPolicy(model, tokenizer, max_batch_size=batch), None
 
 

@@ -232,3 +232,62 @@ def test_each_request_gets_its_own_reproducible_seed(tiny_model):
     assert runs[0] == runs[1]  # reproducible
     values = [seed for _, seed in runs[0]]
     assert len(values) == 4 * 3 and len(set(values)) == len(values)  # 4 episodes x 3 turns
+
+
+class StuckEngine(ContextPolicy):
+    """Requests of sample 0 never come back (a lost request id) unless aborted."""
+
+    def __init__(self, tokenizer):
+        super().__init__(tokenizer)
+        self.aborted = []
+
+    def submit(self, request_id, context, params):
+        super().submit(request_id, context, params)
+        if "/0#" in request_id:
+            self.running[request_id][1] = -(10**9)
+
+    def abort(self, request_ids):
+        self.aborted.extend(request_ids)
+        for rid in request_ids:
+            self.running.pop(rid, None)
+
+
+def test_a_request_that_never_returns_ends_its_episode_at_the_wall_time(tiny_model):
+    _, tok = tiny_model
+    policy = StuckEngine(tok)
+    jobs = [EpisodeJob(make_task(), 1, s) for s in range(2)]
+    settings = RolloutSettings(scheduler="episode", episode_wall_time_s=0.3)
+    stuck, fine = run_episodes(policy, FakePool(), jobs, settings, tok).trajectories
+    assert stuck.stop_reason == "wall_time" and "no result" in stuck.error
+    assert policy.aborted == ["t1/1/0#0@" + policy.aborted[0].split("@")[1]]
+    assert fine.passed and fine.stop_reason == "answered"
+
+
+def test_an_engine_abort_is_reported_as_aborted_not_as_length(tiny_model, monkeypatch):
+    from spreadrl.rollout.vllm_policy import VLLMPolicy
+    from tests.rollout import fake_vllm
+
+    _, tok = tiny_model
+    fake_vllm.install(monkeypatch)
+
+    class Engine(fake_vllm.FakeLLM):
+        def complete(self, prompt_ids, params):  # answers at once: "Done." + <|im_end|>
+            ids = tok.encode("Done.", add_special_tokens=False)
+            ids.append(tok.convert_tokens_to_ids("<|im_end|>"))
+            return fake_vllm.CompletionOutput("Done.", ids, None, "stop")
+
+    policy = VLLMPolicy("m", llm=Engine("m"))
+    original = policy.llm.llm_engine.add_request
+
+    def add_request(request_id, prompt, params):
+        if "/0#" in request_id:
+            policy.llm.llm_engine.drop.add(request_id)
+        return original(request_id=request_id, prompt=prompt, params=params)
+
+    policy.llm.llm_engine.add_request = add_request
+    jobs = [EpisodeJob(make_task(), 1, s) for s in range(2)]
+    settings = RolloutSettings(scheduler="episode")
+    dropped, fine = run_episodes(policy, FakePool(), jobs, settings, tok).trajectories
+    assert dropped.stop_reason == "aborted" and "aborted" in dropped.error
+    assert dropped.response_ids == []  # nothing of the aborted turn is trained on
+    assert fine.stop_reason == "answered"

@@ -1,15 +1,14 @@
 """GRPO with the colocated vllm backend, against a vLLM stand-in backed by transformers.
 
-No GPU or vLLM here, so the stand-in implements the slice of vLLM's API the
-backend uses (LLM.generate, llm_engine.add_request/step, sleep/wake_up,
-collective_rpc + load_weights) over a real copy of the model. That checks the
-orchestration end to end: weights reach the engine in memory before every
-step's rollouts under the names vLLM's loader takes, the engine sleeps during
-the update, and the episode scheduler drives it.
+No GPU or vLLM here, so the stand-in is the signature-checked fake of
+``tests/rollout/fake_vllm.py`` (every call spreadrl makes must match vLLM
+0.33's recorded signatures) generating with a real copy of the model. That
+checks the orchestration end to end: weights reach the engine through the
+weight-transfer calls before every step's rollouts, under the names vLLM's
+loader takes; the engine sleeps during the update; the episode scheduler
+drives it. And the start-up checks: no silent fallback to the hf backend.
 """
 
-import sys
-import types
 from pathlib import Path
 
 import pytest
@@ -17,77 +16,39 @@ import torch
 from rich.console import Console
 
 from spreadrl.data.task import TaskSet
+from spreadrl.errors import ConfigError, MissingDependencyError
 from spreadrl.rollout.hf_policy import HFPolicy
 from spreadrl.rollout.types import SamplingParams
 from spreadrl.train.grpo import train_grpo
+from tests.rollout import fake_vllm
 from tests.rollout.fakes import FakePool, make_task
 from tests.train.test_grpo_e2e import _cfg, _metrics
 
-
-class _Logprob:
-    def __init__(self, value):
-        self.logprob = value
+VLLM = ["rollout.backend=vllm", "data.max_prompt_tokens=2048"]
 
 
-class TransformersLLM:
-    """The part of ``vllm.LLM`` spreadrl drives, generating with a transformers model."""
-
-    instances = []
+class TransformersLLM(fake_vllm.FakeLLM):
+    """The fake ``vllm.LLM``, generating with a transformers model and loading the
+    weights it receives into it."""
 
     def __init__(self, model, **kwargs):
         from transformers import AutoModelForCausalLM, AutoTokenizer
 
-        self.kwargs = kwargs
+        super().__init__(model, **kwargs)
         self.model = AutoModelForCausalLM.from_pretrained(model)
         self.policy = HFPolicy(self.model, AutoTokenizer.from_pretrained(model))
-        self.events = []
-        self.synced = []  # a copy of the weights after every load
-        self.asleep = False
-        self.llm_engine = types.SimpleNamespace(
-            add_request=self._add, step=self._step, has_unfinished_requests=lambda: bool(self.queue)
-        )
-        self.queue = []
-        TransformersLLM.instances.append(self)
+        self.synced = []  # a copy of the weights after every update
 
-    def _check_awake(self):
-        assert not self.asleep, "generation on a sleeping engine"
-
-    def _add(self, request_id, prompt, params):
-        self._check_awake()
-        self.events.append("add")
-        self.queue.append((request_id, prompt["prompt_token_ids"], params))
-
-    def _step(self):
-        self._check_awake()
-        outs = []
-        for rid, ctx, params in self.queue:
-            turn = self.policy.act(
-                [ctx],
-                SamplingParams(params.temperature, params.top_p, 0, params.max_tokens, params.seed),
-            )[0]
-            completion = types.SimpleNamespace(
-                token_ids=turn.token_ids,
-                text=turn.text,
-                finish_reason="stop" if turn.finish_reason == "stop" else "length",
-                logprobs=[
-                    {t: _Logprob(lp)} for t, lp in zip(turn.token_ids, turn.logprobs, strict=True)
-                ],
-            )
-            outs.append(types.SimpleNamespace(request_id=rid, finished=True, outputs=[completion]))
-        self.queue = []
-        return outs
-
-    def sleep(self, level=1):
-        self.events.append(f"sleep{level}")
-        self.asleep = True
-
-    def wake_up(self, tags=None):
-        self.events.append(f"wake:{','.join(tags or ['all'])}")
-        if tags is None or "kv_cache" in tags:
-            self.asleep = False
-
-    def collective_rpc(self, fn):
-        fn(types.SimpleNamespace(model_runner=types.SimpleNamespace(model=self)))
+    def complete(self, prompt_ids, params):
+        turn = self.policy.act(
+            [prompt_ids],
+            SamplingParams(params.temperature, params.top_p, 0, params.max_tokens, params.seed),
+        )[0]
+        logprobs = [
+            {t: fake_vllm.Logprob(lp)} for t, lp in zip(turn.token_ids, turn.logprobs, strict=True)
+        ]
+        finish = "stop" if turn.finish_reason == "stop" else "length"
+        return fake_vllm.CompletionOutput(turn.text, turn.token_ids, logprobs, finish)
 
     def load_weights(self, weights):
         weights = dict(weights)
@@ -95,19 +56,14 @@ class TransformersLLM:
         assert not unexpected, unexpected
         assert not [k for k in missing if "lm_head" not in k], missing  # tied head
         self.synced.append({k: v.clone() for k, v in weights.items()})
-        self.events.append("load")
-
-    def reset_prefix_cache(self):
-        pass
 
 
 @pytest.fixture()
 def transformers_vllm(monkeypatch):
-    module = types.ModuleType("vllm")
-    module.LLM = TransformersLLM
-    module.SamplingParams = lambda **kw: types.SimpleNamespace(**kw)
-    monkeypatch.setitem(sys.modules, "vllm", module)
-    TransformersLLM.instances.clear()
+    import spreadrl.rollout.vllm_policy as vllm_policy
+
+    module = fake_vllm.install(monkeypatch, TransformersLLM)
+    monkeypatch.setattr(vllm_policy, "require_vllm_gpu", vllm_policy.import_vllm)  # no GPU here
     return module
 
 
@@ -116,17 +72,29 @@ def test_grpo_with_colocated_vllm_syncs_weights_each_step(
     transformers_vllm, tiny_model_dir, tmp_path
 ):
     out = tmp_path / "run"
-    cfg = _cfg(tiny_model_dir, out, 2, ["rollout.backend=vllm", "checkpoint.every_steps=1"])
+    cfg = _cfg(tiny_model_dir, out, 2, [*VLLM, "checkpoint.every_steps=1"])
     train_grpo(
         cfg, console=Console(quiet=True), pool=FakePool(), tasks=TaskSet(Path("."), [make_task()])
     )
     (engine,) = TransformersLLM.instances
     assert engine.kwargs["enable_sleep_mode"] is True
-    # step 1 loads the initial weights into the awake engine; step 2 wakes weights, loads,
-    # then wakes the KV cache; the episode scheduler queued every turn; sleep after each
-    events = [e for e in engine.events if e != "add"]
-    assert events == ["load", "sleep2", "wake:weights", "load", "wake:kv_cache", "sleep2"]
-    assert engine.events.count("add") >= 2 * 8
+    assert engine.kwargs["max_model_len"] == 2048 + 48  # prompt + response budget
+    assert engine.kwargs["gpu_memory_utilization"] == cfg.rollout.vllm_gpu_memory_utilization
+    assert engine.kwargs["weight_transfer_config"] == {"backend": "ipc"}
+    # step 1 updates the awake engine; step 2 wakes the weights, updates, then wakes the
+    # KV cache; the episode scheduler queued every turn; sleep after each step's rollouts
+    events = [e for e in engine.events if not e.startswith("add:")]
+    update = ["start_update", "update", "finish_update"]
+    assert events == [
+        *update,
+        "reset_cache",
+        "sleep2",
+        "wake:weights",
+        *update,
+        "wake:kv_cache",
+        "sleep2",
+    ]
+    assert sum(e.startswith("add:") for e in engine.events) >= 2 * 8
     # the engine generated step 1 with the initial weights and step 2 with what step 1 trained
     from safetensors.torch import load_file
     from transformers import AutoModelForCausalLM
@@ -141,3 +109,37 @@ def test_grpo_with_colocated_vllm_syncs_weights_each_step(
     assert all(m["trained_sequences"] == 8 for m in metrics)
     if metrics[0]["grad_norm"] > 0:  # step 1 had signal: the engine really got new weights
         assert any(not torch.equal(second[k], initial[k]) for k in second)
+
+
+def _start(cfg):
+    train_grpo(
+        cfg, console=Console(quiet=True), pool=FakePool(), tasks=TaskSet(Path("."), [make_task()])
+    )
+
+
+def test_vllm_backend_without_vllm_stops_at_start_up(monkeypatch, tiny_model_dir, tmp_path):
+    import sys
+
+    monkeypatch.setitem(sys.modules, "vllm", None)
+    cfg = _cfg(tiny_model_dir, tmp_path / "run", 1, VLLM)
+    with pytest.raises(MissingDependencyError, match=r"spreadrl\[gpu\].*rollout\.backend=hf"):
+        _start(cfg)
+    assert not (tmp_path / "run" / "metrics.jsonl").exists()  # no step ran on a fallback
+
+
+def test_vllm_backend_needs_a_prompt_budget(transformers_vllm, tiny_model_dir, tmp_path):
+    cfg = _cfg(tiny_model_dir, tmp_path / "run", 1, ["rollout.backend=vllm"])
+    with pytest.raises(ConfigError, match="data.max_prompt_tokens"):
+        _start(cfg)
+
+
+def test_vllm_backend_under_torchrun_is_refused_with_its_reason(transformers_vllm):
+    from spreadrl.config import load_config
+    from spreadrl.train.config import GRPOConfig
+    from spreadrl.train.distributed import DistInfo
+    from spreadrl.train.grpo import check_rollout_backend
+
+    cfg = load_config(GRPOConfig, None, VLLM)
+    with pytest.raises(ConfigError, match="torchrun"):
+        check_rollout_backend(cfg, DistInfo(rank=0, world_size=2))
+    check_rollout_backend(cfg, DistInfo())  # one process: fine
