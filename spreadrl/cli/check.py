@@ -23,7 +23,9 @@ def check(
     ),
     output: Path | None = typer.Option(None, "--output", help="The output workbook to check."),
     case: int = typer.Option(1, "--case", help="Which test case of --task (default 1)."),
-    engine: str = typer.Option("ironcalc", "--engine", help="Recalculation engine."),
+    engine: str = typer.Option(
+        "hybrid", "--engine", help="Recalculation engine: hybrid, ironcalc or libreoffice."
+    ),
 ) -> None:
     """Score outputs: soft/hard accuracy for a task set, or every mismatching cell of one output.
 

@@ -85,7 +85,7 @@ def check_workbook(
     answer_path: str | Path,
     answer_position: str,
     *,
-    engine: str = "ironcalc",
+    engine: str = "hybrid",
 ) -> CheckResult:
     """Compare ``output_path`` with ``answer_path`` on every cell of ``answer_position``.
 
@@ -161,8 +161,9 @@ def _engine_failure(
     if formula is None:
         return ""
     return (
-        f"engine {book.engine} could not evaluate {formula} in {book.path.name} ({value}: "
-        f"unsupported or unknown function); try --engine libreoffice or save cached values"
+        f"engine {book.cell_engine(sheet, row, column)} could not evaluate {formula} in "
+        f"{book.path.name} ({value}: unsupported or unknown function); no engine here "
+        f"computes it: save cached values (or install LibreOffice for --engine hybrid)"
     )
 
 
@@ -194,7 +195,7 @@ class TaskScore:
         return float(bool(self.results) and all(r.passed for r in self.results.values()))
 
 
-def score_task(task: Any, outputs_dir: Path, *, engine: str = "ironcalc") -> TaskScore:
+def score_task(task: Any, outputs_dir: Path, *, engine: str = "hybrid") -> TaskScore:
     """Check ``{n}_{id}_output.xlsx`` in ``outputs_dir`` for every case of ``task``.
 
     A missing output is a failed case and is listed in ``missing``.

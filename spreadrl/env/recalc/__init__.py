@@ -8,8 +8,12 @@ Two engines implement :class:`RecalcEngine`:
 
 * ``ironcalc`` (default, pip ``ironcalc``): in-process, 0.26 s for 10,000
   formulas and 54/54 on the project's fidelity probe.
-* ``libreoffice``: headless ``soffice`` (only when it is on PATH); a second
-  opinion closer to Excel on exotic functions, slower (0.75 s per call).
+* ``libreoffice``: headless ``soffice`` (only when it is on PATH); one
+  persistent process over UNO where python3-uno is installed (about 0.1 s per
+  small workbook once started), else one process per call (0.75 s or more).
+* ``hybrid``: IronCalc first, LibreOffice for the cells IronCalc is known not
+  to reproduce Excel on (:mod:`spreadrl.env.recalc.hybrid`); IronCalc alone,
+  with one warning, where LibreOffice is missing.
 
 ``evaluate`` returns raw computed values: numbers as float, text as str, logical
 values as bool, and error values as their Excel text (``"#DIV/0!"``, ``"#N/A"``,
@@ -26,7 +30,7 @@ from typing import Protocol, runtime_checkable
 
 from spreadrl.errors import SpreadrlError
 
-ENGINES = ("ironcalc", "libreoffice")
+ENGINES = ("ironcalc", "libreoffice", "hybrid")
 
 
 @runtime_checkable
@@ -48,8 +52,9 @@ class RecalcEngine(Protocol):
 
 
 def available_engines() -> list[str]:
-    """Engines usable on this machine (``ironcalc`` always; ``libreoffice`` if soffice is on PATH)."""
-    names = ["ironcalc"]
+    """Engines usable on this machine (``ironcalc`` and ``hybrid`` always; ``libreoffice``
+    if soffice is on PATH)."""
+    names = ["ironcalc", "hybrid"]
     if find_soffice() is not None:
         names.append("libreoffice")
     return names
@@ -67,6 +72,10 @@ def get_engine(name: str = "ironcalc") -> RecalcEngine:
         from spreadrl.env.recalc.ironcalc_engine import IronCalcEngine
 
         return IronCalcEngine()
+    if key == "hybrid":
+        from spreadrl.env.recalc.hybrid import HybridEngine
+
+        return HybridEngine()
     if key in ("libreoffice", "soffice"):
         from spreadrl.env.recalc.libreoffice import LibreOfficeEngine
 

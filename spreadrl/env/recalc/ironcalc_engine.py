@@ -12,6 +12,7 @@ from __future__ import annotations
 import os
 import tempfile
 from pathlib import Path
+from typing import Any
 
 from spreadrl.errors import WorkbookError
 
@@ -39,26 +40,29 @@ class IronCalcEngine:
 
     def recalculate(self, src: Path, dst: Path | None = None) -> None:
         src = Path(src)
-        dst = Path(dst) if dst is not None else src
-        model = _load(src)
-        dst.parent.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(prefix=".recalc-", suffix=".xlsx", dir=dst.parent)
-        os.close(fd)
-        try:
-            os.unlink(tmp)  # IronCalc refuses to overwrite an existing file
-            model.save_to_xlsx(tmp)
-            os.replace(tmp, dst)
-        except BaseException as exc:
-            if os.path.exists(tmp):
-                os.unlink(tmp)
-            if isinstance(exc, KeyboardInterrupt | SystemExit):
-                raise
-            raise WorkbookError(
-                f"{dst}: IronCalc cannot write the recalculated workbook ({exc})"
-            ) from exc
+        save_model(_load(src), Path(dst) if dst is not None else src)
 
     def evaluate(self, path: Path) -> dict[str, dict[str, object]]:
         return _dump(_load(Path(path)))
+
+
+def save_model(model: Any, dst: Path) -> None:
+    """Write ``model`` to ``dst`` as xlsx, atomically (IronCalc refuses to overwrite)."""
+    dst.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=".recalc-", suffix=".xlsx", dir=dst.parent)
+    os.close(fd)
+    try:
+        os.unlink(tmp)  # IronCalc refuses to overwrite an existing file
+        model.save_to_xlsx(tmp)
+        os.replace(tmp, dst)
+    except BaseException as exc:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+        if isinstance(exc, KeyboardInterrupt | SystemExit):
+            raise
+        raise WorkbookError(
+            f"{dst}: IronCalc cannot write the recalculated workbook ({exc})"
+        ) from exc
 
 
 def read_cached(path: Path) -> dict[str, dict[str, object]]:

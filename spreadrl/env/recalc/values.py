@@ -181,6 +181,10 @@ def load_values(
     if not path.is_file():
         raise WorkbookError(f"{path}: file does not exist")
     needs = has_uncached_formulas(path) if recalc is None else recalc
+    if needs and engine == "hybrid":
+        from spreadrl.env.recalc.hybrid import load_hybrid
+
+        return load_hybrid(path)
     source = path
     tmpdir = None
     if needs and engine != "ironcalc":

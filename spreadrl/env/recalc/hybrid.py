@@ -1,0 +1,280 @@
+"""Hybrid recalculation: IronCalc first, LibreOffice for the cells IronCalc cannot be trusted on.
+
+IronCalc is fast and in process, and reproduces Excel on most cells; it is
+known to differ from Excel on a few: legacy array (CSE) formulas, YEARFRAC
+with a basis, TEXT with format codes, MATCH(..., -1), the LOOKUP forms,
+approximate VLOOKUP/HLOOKUP, and any error result (functions it lacks among
+them; measured on real Excel-saved workbooks: docs/benchmarks.md). Those cells are
+recomputed by LibreOffice (one persistent process over UNO,
+:mod:`spreadrl.env.recalc.libreoffice`); its values are written into the
+IronCalc model as constants and the model is evaluated again, so the cells
+that depend on them see the corrected values. Every cell records which
+engine produced it (``WorkbookValues.cell_engine``).
+
+Never a false pass: when LibreOffice fails on a cell too (its own error
+codes such as ``Err:502``), the IronCalc value stays, and an engine failure
+(``#NAME?``/``#N/IMPL!``) stays a mismatch in the checker. Without
+LibreOffice the hybrid says so once (a warning) and is IronCalc alone.
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+import tempfile
+import zipfile
+from pathlib import Path
+from typing import Any
+
+from spreadrl.errors import SpreadrlError, WorkbookError
+
+log = logging.getLogger(__name__)
+
+# Error values Excel itself can produce (IronCalc adds #N/IMPL!, #ERROR!, #CIRC!).
+EXCEL_ERRORS = frozenset(
+    {
+        "#NULL!",
+        "#DIV/0!",
+        "#VALUE!",
+        "#REF!",
+        "#NAME?",
+        "#NUM!",
+        "#N/A",
+        "#GETTING_DATA",
+        "#SPILL!",
+        "#CALC!",
+    }
+)
+_ERROR_LIKE = re.compile(r"^#[A-Z0-9/_]+[!?]?$|^Err:\d+$")
+_STRING = re.compile(r'"(?:[^"]|"")*"')
+_NS = r"(?:\w+:)?"
+_ARRAY_F = re.compile(rb"<" + _NS.encode() + rb"f\b[^>]*\bt=\"array\"[^>]*\bref=\"([A-Z0-9:$]+)\"")
+_ARRAY_F2 = re.compile(rb"<" + _NS.encode() + rb"f\b[^>]*\bref=\"([A-Z0-9:$]+)\"[^>]*\bt=\"array\"")
+_warned = False
+
+
+def _is_error(value: Any) -> bool:
+    return isinstance(value, str) and bool(_ERROR_LIKE.match(value))
+
+
+def _calls(code: str, name: str) -> list[list[str]]:
+    """Top-level argument lists of every call of function ``name`` in ``code`` (strings blanked)."""
+    found = []
+    for match in re.finditer(r"(?<![A-Z0-9_.])(?:_XLFN\.)?" + name + r"\s*\(", code):
+        depth, args, start = 1, [], match.end()
+        i = start
+        while i < len(code) and depth:
+            char = code[i]
+            if char in "({":
+                depth += 1
+            elif char in ")}":
+                depth -= 1
+            elif char in ",;" and depth == 1:
+                args.append(code[start:i].strip())
+                start = i + 1
+            i += 1
+        args.append(code[start : i - 1].strip())
+        found.append([a for a in args] if args != [""] else [])
+    return found
+
+
+def distrust_reason(formula: str) -> str:
+    """Why IronCalc's value of ``formula`` cannot be trusted to be Excel's ('' when it can)."""
+    code = _STRING.sub('""', formula.upper())
+    if "(" not in code:
+        return ""
+    if any(len(args) >= 3 for args in _calls(code, "YEARFRAC")):
+        return "YEARFRAC with a basis"
+    if _calls(code, "TEXT"):
+        return "TEXT format codes"
+    if any(len(args) >= 3 and args[2].replace(" ", "") == "-1" for args in _calls(code, "MATCH")):
+        return "MATCH -1"
+    if _calls(code, "LOOKUP"):
+        return "LOOKUP vector/array form"
+    for name in ("VLOOKUP", "HLOOKUP"):
+        for args in _calls(code, name):
+            if len(args) < 4 or args[3] not in ("FALSE", "0"):
+                return f"{name} approximate match"
+    return ""
+
+
+def _array_cells(path: Path, names: list[str]) -> dict[str, list[str]]:
+    """Sheet name -> cell ranges of the array (CSE) formulas of ``path`` (from the sheet XML)."""
+    ranges: dict[str, list[str]] = {}
+    try:
+        with zipfile.ZipFile(path) as archive:
+            sheet_files = [n for n in archive.namelist() if n.startswith("xl/worksheets/sheet")]
+            hits = {}
+            for name in sheet_files:
+                data = archive.read(name)
+                if b'"array"' in data:
+                    hits[name] = [m.group(1).decode() for m in _ARRAY_F.finditer(data)]
+                    hits[name] += [m.group(1).decode() for m in _ARRAY_F2.finditer(data)]
+            if not hits:
+                return ranges
+            workbook = archive.read("xl/workbook.xml").decode("utf-8", "replace")
+            rels = archive.read("xl/_rels/workbook.xml.rels").decode("utf-8", "replace")
+    except (OSError, KeyError, zipfile.BadZipFile):
+        return ranges
+    targets = {}
+    for rel in re.finditer(r"<(?:\w+:)?Relationship\b[^>]*>", rels):
+        rid = re.search(r'\bId="([^"]+)"', rel.group(0))
+        target = re.search(r'\bTarget="([^"]+)"', rel.group(0))
+        if rid and target:
+            path_in_zip = target.group(1).lstrip("/")
+            if not path_in_zip.startswith("xl/"):
+                path_in_zip = "xl/" + path_in_zip
+            targets[rid.group(1)] = path_in_zip
+    for sheet in re.finditer(r"<(?:\w+:)?sheet\b[^>]*>", workbook):
+        name = re.search(r'\bname="([^"]*)"', sheet.group(0))
+        rid = re.search(r'\br:id="([^"]+)"', sheet.group(0)) or re.search(
+            r'\b\w+:id="([^"]+)"', sheet.group(0)
+        )
+        if name and rid and targets.get(rid.group(1)) in hits:
+            import html
+
+            ranges[html.unescape(name.group(1))] = hits[targets[rid.group(1)]]
+    return ranges
+
+
+def _range_keys(index: int, ref: str) -> list[tuple[int, int, int]]:
+    from spreadrl.cells import range_cells
+
+    ref = ref.replace("$", "")
+    return [(index, r, c) for r, c in range_cells(ref)]
+
+
+def untrusted_cells(model: Any, names: list[str], path: Path) -> dict[tuple[int, int, int], str]:
+    """(sheet index, row, column) -> reason, for every cell IronCalc's value is not trusted on."""
+    reasons: dict[tuple[int, int, int], str] = {}
+    for sheet, row, column in model.get_all_cells():
+        formula = model.get_cell_formula(sheet, row, column)
+        if formula is None:
+            continue
+        value = model.get_cell_value(sheet, row, column)
+        if _is_error(value):
+            reasons[(sheet, row, column)] = f"error result {value}"
+            continue
+        reason = distrust_reason(formula)
+        if reason:
+            reasons[(sheet, row, column)] = reason
+    index = {name: i for i, name in enumerate(names)}
+    for sheet_name, refs in _array_cells(path, names).items():
+        if sheet_name in index:
+            for ref in refs:
+                for key in _range_keys(index[sheet_name], ref):
+                    reasons[key] = "array formula"
+    return reasons
+
+
+def _warn_once(message: str) -> None:
+    global _warned
+    if not _warned:
+        _warned = True
+        log.warning(message)
+
+
+def libreoffice_or_none() -> Any:
+    """The persistent LibreOffice engine, or None (warned once) where it is missing."""
+    from spreadrl.env.recalc import find_soffice
+    from spreadrl.env.recalc.libreoffice import LibreOfficeEngine, uno_python
+
+    if find_soffice() is None or uno_python() is None:
+        _warn_once(
+            "hybrid recalculation: LibreOffice (soffice + python3-uno) is not installed, so "
+            "cells IronCalc is not trusted on keep IronCalc's values (IronCalc-only figures); "
+            "install it with `make sysdeps` or `apt-get install libreoffice-calc-nogui python3-uno`"
+        )
+        return None
+    return LibreOfficeEngine(persistent=True)
+
+
+def _write_back(model: Any, key: tuple[int, int, int], value: Any) -> None:
+    sheet, row, column = key
+    if isinstance(value, bool):
+        model.update_cell_with_bool(sheet, row, column, value)
+    elif isinstance(value, int | float):
+        model.update_cell_with_number(sheet, row, column, float(value))
+    elif value is None:
+        model.update_cell_with_text(sheet, row, column, "")
+    elif _is_error(value):
+        model.set_user_input(sheet, row, column, str(value))
+    else:
+        model.update_cell_with_text(sheet, row, column, str(value))
+
+
+def load_hybrid(path: Path) -> Any:  # -> WorkbookValues
+    """Recalculate ``path`` with IronCalc, then LibreOffice for the untrusted cells."""
+    import ironcalc
+
+    from spreadrl.env.recalc.values import WorkbookValues
+
+    path = Path(path)
+    try:
+        model = ironcalc.load_from_xlsx(str(path))
+        model.evaluate()
+        names = [props["name"] for props in model.get_worksheets_properties()]
+    except BaseException as exc:  # IronCalc panics surface as BaseException
+        if isinstance(exc, KeyboardInterrupt | SystemExit):
+            raise
+        raise WorkbookError(f"{path}: cannot read workbook ({exc})") from exc
+    book = WorkbookValues(
+        path=path, model=model, sheet_names=names, recalculated=True, engine="ironcalc"
+    )
+    reasons = untrusted_cells(model, names, path)
+    if not reasons:
+        return book
+    engine = libreoffice_or_none()
+    if engine is None:
+        return book
+    with tempfile.TemporaryDirectory(prefix="spreadrl-hybrid-") as tmp:
+        out = Path(tmp) / "lo.xlsx"
+        try:
+            engine.recalculate(path, out)
+            lo_model = ironcalc.load_from_xlsx(str(out))
+            lo_names = [props["name"] for props in lo_model.get_worksheets_properties()]
+        except (SpreadrlError, BaseException) as exc:
+            if isinstance(exc, KeyboardInterrupt | SystemExit):
+                raise
+            log.warning("hybrid recalculation: LibreOffice failed on %s (%s)", path.name, exc)
+            return book
+    lo_index = {name: i for i, name in enumerate(lo_names)}
+    taken = 0
+    for key, _reason in sorted(reasons.items()):
+        sheet, row, column = key
+        lo_sheet = lo_index.get(names[sheet])
+        if lo_sheet is None:
+            continue
+        lo_value = lo_model.get_cell_value(lo_sheet, row, column)
+        ours = model.get_cell_value(sheet, row, column)
+        if _is_error(lo_value) and (_is_error(ours) or str(lo_value).startswith("Err:")):
+            # LibreOffice fails too (or with its own Err:NNN code): keep IronCalc's value.
+            # Two engines' different errors are no evidence either is Excel's; IronCalc's
+            # is the better guess on the development corpus (docs/benchmarks.md).
+            continue
+        formula = model.get_cell_formula(sheet, row, column)
+        if formula is not None:
+            book.formulas[key] = formula
+        _write_back(model, key, lo_value)
+        book.cell_engines[key] = "libreoffice"
+        taken += 1
+    if taken:
+        model.evaluate()
+    return book
+
+
+class HybridEngine:
+    """The :class:`RecalcEngine` face of :func:`load_hybrid` (IronCalc + LibreOffice)."""
+
+    name = "hybrid"
+
+    def recalculate(self, src: Path, dst: Path | None = None) -> None:
+        from spreadrl.env.recalc.ironcalc_engine import save_model
+
+        src = Path(src)
+        save_model(load_hybrid(src).model, Path(dst) if dst is not None else src)
+
+    def evaluate(self, path: Path) -> dict[str, dict[str, object]]:
+        from spreadrl.env.recalc.ironcalc_engine import _dump
+
+        return _dump(load_hybrid(Path(path)).model)
