@@ -173,9 +173,17 @@ class ChatTemplateError(SpreadrlError):
 
 
 def _render(tokenizer: Any, messages: list[dict[str, Any]], generation_prompt: bool) -> str:
-    return tokenizer.apply_chat_template(
-        messages, tokenize=False, add_generation_prompt=generation_prompt
-    )
+    try:
+        return tokenizer.apply_chat_template(
+            messages, tokenize=False, add_generation_prompt=generation_prompt
+        )
+    except Exception as exc:  # jinja errors, raise_exception() in the template, ...
+        name = getattr(tokenizer, "name_or_path", "") or type(tokenizer).__name__
+        roles = "/".join(m["role"] for m in messages)
+        raise ChatTemplateError(
+            f"chat template of {name}: cannot render a {roles} conversation "
+            f"({type(exc).__name__}: {exc})"
+        ) from exc
 
 
 def _after(text: str, marker: str, what: str) -> str:
@@ -192,7 +200,7 @@ def _tool_call_markers(tokenizer: Any, header: str, stop_text: str) -> tuple[str
     messages.append({"role": "tool", "content": _OBS1})
     try:
         text = _render(tokenizer, messages, False)
-    except Exception:  # a template without tool calls; the parser keeps the fallback markers
+    except ChatTemplateError:  # a template without tool calls: the fallback markers stay
         return None
     base = _render(tokenizer, list(_PROMPT), False)
     seg = text[len(base) :] if text.startswith(base) else ""

@@ -115,3 +115,26 @@ def test_prompt_without_tools_has_no_tools_block(tok):
     text = tok.decode(render_prompt_ids(tok, PROMPT, None))
     assert "<tools>" not in text
     assert text.endswith("<|im_start|>assistant\n")
+
+
+def test_templates_rollouts_cannot_append_to_are_named_errors():
+    from spreadrl.rollout.chat import ChatTemplateError, chat_format, derive_chat_format
+
+    tok = train_tokenizer(default_corpus(size=50), vocab_size=300)
+    assert chat_format(tok).source == "template"
+    # no generation prompt: nothing tells where the assistant turn starts
+    tok.chat_template = "{% for m in messages %}<|im_start|>{{ m.content }}<|im_end|>{% endfor %}"
+    with pytest.raises(ChatTemplateError, match="add_generation_prompt adds no assistant prompt"):
+        derive_chat_format(tok)
+    # a template that refuses tool messages
+    tok.chat_template = (
+        "{% for m in messages %}{% if m.role == 'tool' %}{{ raise_exception('no tools') }}"
+        "{% endif %}<|im_start|>{{ m.role }}\n{{ m.content }}<|im_end|>\n{% endfor %}"
+        "{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}"
+    )
+    with pytest.raises(ChatTemplateError, match="cannot render a system/user/assistant/tool"):
+        chat_format(tok)
+    # no template at all: Qwen3's format, with this tokenizer's stop id
+    tok.chat_template = None
+    fmt = chat_format(tok)
+    assert fmt.source == "fallback" and fmt.stop_ids[0] == tok.convert_tokens_to_ids("<|im_end|>")
