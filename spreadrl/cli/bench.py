@@ -7,6 +7,7 @@ from spreadrl.bench.env import bench_env
 from spreadrl.bench.recalc_fidelity import bench_recalc_fidelity
 from spreadrl.bench.rollout import bench_rollout
 from spreadrl.bench.train import bench_train
+from spreadrl.bench.trl import bench_trl
 
 app = typer.Typer(
     help="Benchmarks: check, env, recalc-fidelity, rollout, train.", no_args_is_help=True
@@ -16,3 +17,4 @@ app.command("env")(bench_env)
 app.command("recalc-fidelity")(bench_recalc_fidelity)
 app.command("rollout")(bench_rollout)
 app.command("train")(bench_train)
+app.command("trl")(bench_trl)
