@@ -23,6 +23,7 @@ import logging
 import re
 import tempfile
 import zipfile
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -203,11 +204,23 @@ def _write_back(model: Any, key: tuple[int, int, int], value: Any) -> None:
         model.update_cell_with_text(sheet, row, column, str(value))
 
 
-def load_hybrid(path: Path) -> Any:  # -> WorkbookValues
+@dataclass
+class HybridResult:
+    """An evaluated IronCalc model whose untrusted cells hold LibreOffice's values.
+
+    ``cell_engines`` names the engine of every cell LibreOffice supplied, and
+    ``formulas`` keeps their formulas (the model now holds constants there).
+    """
+
+    model: Any
+    sheet_names: list[str]
+    cell_engines: dict[tuple[int, int, int], str] = field(default_factory=dict)
+    formulas: dict[tuple[int, int, int], str] = field(default_factory=dict)
+
+
+def load_hybrid(path: Path) -> HybridResult:
     """Recalculate ``path`` with IronCalc, then LibreOffice for the untrusted cells."""
     import ironcalc
-
-    from spreadrl.env.recalc.values import WorkbookValues
 
     path = Path(path)
     try:
@@ -218,9 +231,7 @@ def load_hybrid(path: Path) -> Any:  # -> WorkbookValues
         if isinstance(exc, KeyboardInterrupt | SystemExit):
             raise
         raise WorkbookError(f"{path}: cannot read workbook ({exc})") from exc
-    book = WorkbookValues(
-        path=path, model=model, sheet_names=names, recalculated=True, engine="ironcalc"
-    )
+    book = HybridResult(model=model, sheet_names=names)
     reasons = untrusted_cells(model, names, path)
     if not reasons:
         return book

@@ -184,7 +184,16 @@ def load_values(
     if needs and engine == "hybrid":
         from spreadrl.env.recalc.hybrid import load_hybrid
 
-        return load_hybrid(path)
+        result = load_hybrid(path)
+        return WorkbookValues(
+            path=path,
+            model=result.model,
+            sheet_names=result.sheet_names,
+            recalculated=True,
+            engine="ironcalc",
+            cell_engines=result.cell_engines,
+            formulas=result.formulas,
+        )
     source = path
     tmpdir = None
     if needs and engine != "ironcalc":
