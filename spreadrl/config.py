@@ -23,6 +23,19 @@ from spreadrl.errors import ConfigError
 T = TypeVar("T")
 
 
+class Section:
+    """Base of every config section: ``validate()`` runs whenever one is built.
+
+    From YAML, from overrides or in code (``RolloutConfig(max_turns=0)``), a
+    section checks its cross-field rules in ``__post_init__``, so no path skips them.
+    """
+
+    def __post_init__(self) -> None:
+        validate = getattr(self, "validate", None)
+        if callable(validate):
+            validate()
+
+
 def option(default: Any, help: str, **kwargs: Any) -> Any:
     """A dataclass field with help text (lists and dicts get a default factory)."""
     if isinstance(default, list | dict):
@@ -153,9 +166,10 @@ def from_dict(cls: type[T], data: dict[str, Any], path: str = "") -> T:
             raise ConfigError(f"unknown key {where!r}{hint} (valid keys: {', '.join(fields)})")
         kwargs[key] = _coerce(value, hints[key], where)
     obj = cls(**kwargs)
-    validate = getattr(obj, "validate", None)
-    if callable(validate):
-        validate()
+    if not isinstance(obj, Section):  # a Section validated itself in __post_init__
+        validate = getattr(obj, "validate", None)
+        if callable(validate):
+            validate()
     return obj
 
 
@@ -267,4 +281,5 @@ __all__ = [
     "option",
     "parse_override",
     "section",
+    "Section",
 ]

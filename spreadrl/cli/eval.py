@@ -14,6 +14,10 @@ app = typer.Typer(
 EXAMPLES = """
 Examples:
 
+  spreadrl eval --config configs/tiny-cpu.yaml --model runs/demo/grpo/final --tasks builtin:demo-test --out runs/eval
+
+  spreadrl eval --config configs/tiny-cpu.yaml --backend oracle --tasks builtin:demo-test --out runs/oracle rollout.max_turns=4
+
   spreadrl eval --backend oracle --tasks builtin:test --out runs/oracle
 
   spreadrl eval --model runs/demo/grpo --backend hf --tasks builtin:demo-test --samples 4 --out runs/eval
@@ -26,37 +30,61 @@ Examples:
 """
 
 
+FLAG_KEYS = {
+    "temperature": "rollout.temperature",
+    "top_p": "rollout.top_p",
+    "top_k": "rollout.top_k",
+    "max_turns": "rollout.max_turns",
+    "max_new_tokens": "rollout.max_new_tokens_per_turn",
+    "max_response_tokens": "rollout.max_response_tokens",
+    "scheduler": "rollout.scheduler",
+    "concurrency": "rollout.concurrency",
+    "env": "env.kind",
+    "preset": "env.tools",
+}
+"""Each flag is a shorthand for one recipe key; a flag given wins over the recipe."""
+
+
 @app.callback(help="Evaluate a policy on a task set.\n" + EXAMPLES)
 def evaluate(
     ctx: typer.Context,
-    model: str = typer.Option(None, help="Model folder or name (hf, vllm, openai backends)."),
-    backend: str = typer.Option("hf", help="hf | vllm | openai | oracle | noop."),
+    overrides: list[str] = typer.Argument(
+        None, help="Dotted overrides of the recipe, e.g. rollout.max_turns=4 env.overview=none."
+    ),
+    config: Path = typer.Option(
+        None,
+        "--config",
+        "-c",
+        help="YAML recipe (configs/): evaluate with exactly its rollout and env settings.",
+    ),
+    model: str = typer.Option(
+        None, help="Model folder or name (hf, vllm, openai); default: the recipe's model."
+    ),
+    backend: str = typer.Option(None, help="hf | vllm | openai | oracle | noop (default hf)."),
     tasks: str = typer.Option(
         "builtin:test", help="Task folder (native layout) or builtin:<split>."
     ),
     samples: int = typer.Option(1, min=1, help="Samples per task case (K)."),
     out: Path = typer.Option(None, help="Run folder for report.json, trajectories, outputs."),
     preset: str = typer.Option(
-        "full", help="Tool preset: minimal | full | comma-separated tool names."
+        None, help="Tool preset: minimal | full | comma-separated tool names (env.tools)."
     ),
-    env: str = typer.Option(
-        "spreadsheet", help="Environment: spreadsheet (the gym) or code (math/code)."
-    ),
+    env: str = typer.Option(None, help="Environment: spreadsheet (the gym) or code (env.kind)."),
     concurrency: int = typer.Option(
-        0, min=0, help="Environment worker processes (0 = in-process)."
+        None, min=0, help="Environment worker processes, 0 = in-process (rollout.concurrency)."
     ),
-    temperature: float = typer.Option(1.0, help="Sampling temperature (0 = greedy)."),
-    top_p: float = typer.Option(1.0),
-    top_k: int = typer.Option(0),
-    max_turns: int = typer.Option(20),
-    max_new_tokens: int = typer.Option(1024, help="Max new tokens per assistant turn."),
-    max_response_tokens: int = typer.Option(8192, help="Max tokens per episode after the prompt."),
+    temperature: float = typer.Option(None, help="Sampling temperature, 0 = greedy."),
+    top_p: float = typer.Option(None),
+    top_k: int = typer.Option(None),
+    max_turns: int = typer.Option(None, help="Max assistant turns (rollout.max_turns)."),
+    max_new_tokens: int = typer.Option(None, help="Max new tokens per assistant turn."),
+    max_response_tokens: int = typer.Option(None, help="Max tokens per episode after the prompt."),
     seed: int = typer.Option(0),
     base_url: str = typer.Option(None, help="Endpoint of the openai backend."),
     device: str = typer.Option("cpu"),
     batch_size: int = typer.Option(64, help="Episodes advanced together."),
     scheduler: str = typer.Option(
-        "auto",
+        None,
         help="turn (one batched generation per round) | episode (no barrier between "
         "episodes; vllm) | auto.",
     ),
@@ -64,41 +92,55 @@ def evaluate(
 ) -> None:
     if ctx.invoked_subcommand is not None:
         return
+    if overrides and overrides[0] == "compare":  # `spreadrl eval compare A B`
+        if len(overrides) != 3:
+            raise typer.BadParameter("usage: spreadrl eval compare RUN_A RUN_B")
+        compare(Path(overrides[1]), Path(overrides[2]))
+        return
     from rich.console import Console
 
     from spreadrl.data.sources import resolve_tasks
     from spreadrl.env.factory import make_env_pool
     from spreadrl.errors import SpreadrlError
     from spreadrl.eval.report import render_report
-    from spreadrl.eval.runner import run_eval
+    from spreadrl.eval.runner import load_eval_config, run_eval, save_eval_config
     from spreadrl.rollout.backends import load_policy
     from spreadrl.rollout.runner import RolloutSettings
-    from spreadrl.rollout.types import SamplingParams
 
     if out is None:
         raise SpreadrlError(
             "spreadrl eval needs --out RUN_DIR (where the report and trajectories go)"
         )
+    given = {
+        "temperature": temperature,
+        "top_p": top_p,
+        "top_k": top_k,
+        "max_turns": max_turns,
+        "max_new_tokens": max_new_tokens,
+        "max_response_tokens": max_response_tokens,
+        "scheduler": scheduler,
+        "concurrency": concurrency,
+        "env": env,
+        "preset": preset,
+    }
+    flags = [f"{FLAG_KEYS[name]}={value}" for name, value in given.items() if value is not None]
+    if env == "code" and preset is None:
+        flags.append("env.tools=[code_interpreter]")
+    cfg = load_eval_config(config, [*flags, *(overrides or [])])
+    backend = backend or "hf"
+    if model is None and config is not None and backend in ("hf", "vllm", "openai"):
+        model = cfg.model.name_or_path
     console = Console()
     task_set = resolve_tasks(tasks, skip_bad=skip_bad)
     policy, tokenizer = load_policy(
         backend, model, device=device, base_url=base_url, max_batch_size=batch_size
     )
-    settings = RolloutSettings(
-        sampling=SamplingParams(temperature, top_p, top_k, max_new_tokens, seed),
-        max_turns=max_turns,
-        max_response_tokens=max_response_tokens,
-        scheduler=scheduler,
+    settings = RolloutSettings.from_config(
+        cfg.rollout, seed=seed, max_prompt_tokens=cfg.data.max_prompt_tokens
     )
-    if env not in ("spreadsheet", "code"):
-        raise SpreadrlError(f"--env must be spreadsheet or code, got {env!r}")
-    from spreadrl.train.config import EnvSettings
-
-    tools = [t.strip() for t in preset.split(",") if t.strip()]
-    env_settings = EnvSettings(
-        kind=env, tools=tools if env == "spreadsheet" else ["code_interpreter"]
-    )
-    with make_env_pool(env_settings, workers=concurrency) as pool:
+    run = {"model": model, "backend": backend, "tasks": tasks, "samples": samples, "seed": seed}
+    save_eval_config(out, cfg, recipe=config, run=run)
+    with make_env_pool(cfg.env, workers=cfg.rollout.concurrency) as pool:
         report = run_eval(
             task_set,
             policy,
@@ -114,7 +156,7 @@ def evaluate(
     render_report(report, console, title=f"{backend} on {tasks}")
     console.print(
         f"report: {out / 'report.json'}  trajectories: {out / 'trajectories.jsonl'}  "
-        f"outputs: {out / 'outputs'}"
+        f"outputs: {out / 'outputs'}  config: {out / 'config.yaml'}"
     )
 
 

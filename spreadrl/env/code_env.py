@@ -33,7 +33,14 @@ from spreadrl.env.answers import (
     normalize_tests,
     run_code_tests,
 )
-from spreadrl.env.types import EpisodeResult, Mismatch, Observation, StepResult, ToolCall
+from spreadrl.env.types import (
+    EndReason,
+    EpisodeResult,
+    Mismatch,
+    Observation,
+    StepResult,
+    ToolCall,
+)
 from spreadrl.errors import ConfigError, SpreadrlError, TaskFormatError
 
 log = logging.getLogger(__name__)
@@ -245,9 +252,9 @@ class CodeEnv:
             self._cleanup()
         info["kind"] = task.source
         if self._calls >= self.config.max_tool_calls:
-            stop = "max_tool_calls"
+            stop = EndReason.MAX_TOOL_CALLS
         else:
-            stop = "answered" if final_answer else "no_answer"
+            stop = EndReason.ANSWERED if final_answer else EndReason.NO_ANSWER
         written = None
         if output_path is not None:
             written = self._write_record(Path(output_path), task, final_answer, passed, info)

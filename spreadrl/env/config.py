@@ -1,8 +1,12 @@
-"""EnvConfig: every knob of one Spreadsheet Gym episode, in one typed record.
+"""EnvConfig: the recipe's ``env`` section and every knob of one episode, in one typed record.
 
-Budgets (tool calls, wall time, observation size) and caps (cells per page,
-cells per write, search results) live here so a recipe's YAML can set them and
-the tools read them from one place instead of hard-coding numbers.
+Budgets (tool calls, observation size) and caps (cells per page, cells per
+write, search results) live here so a recipe's YAML can set them
+(``env.max_page_cells=500``) and the tools read them from one place instead of
+hard-coding numbers. The same class is the YAML section and what
+:class:`spreadrl.env.episode.SpreadsheetEnv` reads: there is no translation
+between them. The episode's wall-clock budget is the rollout's
+(``rollout.episode_wall_time_s``), the only one.
 """
 
 from __future__ import annotations
@@ -10,59 +14,68 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal
 
-from spreadrl.config import option
+from spreadrl.config import Section, option
+from spreadrl.errors import ConfigError
+
+TOOL_PRESETS = ("minimal", "full")
 
 
 @dataclass(frozen=True)
-class EnvConfig:
-    """Settings of a :class:`spreadrl.env.episode.SpreadsheetEnv` (defaults follow the public gym)."""
+class EnvConfig(Section):
+    """Settings of the environment (defaults follow the public gym)."""
 
-    tools: str | list[str] = "full"
-    """Tool preset (``minimal`` | ``full``) or an explicit list of tool names."""
-    max_tool_calls: int = 20
-    """Tool calls allowed per episode; the call that spends the budget returns truncated=True."""
-    wall_time_s: float = 900.0
-    """Episode wall-clock budget in seconds, measured from reset."""
-    max_observation_chars: int = 8000
-    """Observations longer than this are cut, with an explicit marker saying so."""
-    overview: Literal["none", "short", "full"] = "short"
-    """Workbook overview in the first observation: none, a few rows, or more rows."""
-    overview_rows: int | None = None
-    """Rows shown per sheet after the first (header) row (None: 3 for short, 10 for full)."""
-    overview_max_sheets: int = 10
-    """Sheets described in the overview; the rest are only named."""
-    page_cells: int = 200
-    """Default page size of inspect_range / recalculate_and_read (cells per page)."""
-    max_page_cells: int = 1000
-    """Largest page size a call may ask for."""
-    max_ranges: int = 20
-    """Ranges per inspect_range / recalculate_and_read call."""
-    max_write_cells: int = 10000
-    """Cells one write_range / fill_formula / format_range / clear_range call may touch."""
-    max_find_results: int = 500
-    """Largest max_results a find_cells call may ask for."""
-    engine: str = "ironcalc"
-    """Recalculation engine for recalculate_and_read and scoring (the checker's engine)."""
-    sandbox_mode: str = "auto"
-    """code_interpreter sandbox: auto (bwrap, else rlimit with a warning), strict, rlimit."""
-    code_wall_time_s: float = 120.0
-    """Wall-clock limit of one code_interpreter call."""
-    code_memory_mb: int = 1024
-    """Address-space limit of one code_interpreter call."""
-    keep_outputs_dir: str | None = None
-    """When set, finish copies the output workbook here as ``{n}_{id}_output.xlsx``."""
-    keep_workdir: bool = False
-    """Keep the episode folder after finish/close (debugging)."""
-
-
-@dataclass(frozen=True)
-class EnvSettings:
     kind: Literal["spreadsheet", "code"] = option(
         "spreadsheet", "Which environment: the gym or math/code."
     )
-    tools: list[str] = option(["full"], "Tool preset (minimal | full) or a list of tool names.")
-    max_tool_calls: int = option(20, "Tool calls allowed per episode.")
-    max_observation_chars: int = option(8000, "Observations are cut to this many characters.")
-    overview: Literal["none", "short", "full"] = option(
-        "short", "Workbook overview in the first turn."
+    tools: str | list[str] = option("full", "Tool preset (minimal | full) or a list of tool names.")
+    max_tool_calls: int = option(
+        20, "Tool calls allowed per episode; the call that spends them returns truncated=True."
     )
+    max_observation_chars: int = option(
+        8000, "Observations are cut to this many characters, with a marker saying so."
+    )
+    overview: Literal["none", "short", "full"] = option(
+        "short", "Workbook overview in the first turn: none, a few rows, or more rows."
+    )
+    overview_rows: int | None = option(
+        None, "Rows shown per sheet after the header row (null: 3 for short, 10 for full)."
+    )
+    overview_max_sheets: int = option(10, "Sheets described in the overview; the rest are named.")
+    page_cells: int = option(200, "Default page size of inspect_range / recalculate_and_read.")
+    max_page_cells: int = option(1000, "Largest page size a call may ask for.")
+    max_ranges: int = option(20, "Ranges per inspect_range / recalculate_and_read call.")
+    max_write_cells: int = option(
+        10000, "Cells one write_range / fill_formula / format_range / clear_range call may touch."
+    )
+    max_find_results: int = option(500, "Largest max_results a find_cells call may ask for.")
+    engine: str = option(
+        "ironcalc", "Recalculation engine for recalculate_and_read and scoring (the checker's)."
+    )
+    sandbox_mode: Literal["auto", "strict", "rlimit"] = option(
+        "auto",
+        "code_interpreter sandbox: auto (bwrap, else rlimit with a warning), strict, rlimit.",
+    )
+    code_wall_time_s: float = option(120.0, "Wall-clock limit of one code_interpreter call.")
+    code_memory_mb: int = option(1024, "Address-space limit of one code_interpreter call.")
+    keep_outputs_dir: str | None = option(
+        None, "When set, finish copies the output workbook here as {n}_{id}_output.xlsx."
+    )
+    keep_workdir: bool = option(False, "Keep the episode folder after finish/close (debugging).")
+
+    def validate(self) -> None:
+        # one spelling per meaning: a one-preset list or "a,b" text become the preset / a list
+        tools = self.tools
+        if isinstance(tools, str) and "," in tools:
+            tools = [t.strip() for t in tools.split(",") if t.strip()]
+        if isinstance(tools, list) and len(tools) == 1 and tools[0] in TOOL_PRESETS:
+            tools = tools[0]
+        if not tools:
+            raise ConfigError("env.tools is empty; use a preset (minimal | full) or tool names")
+        object.__setattr__(self, "tools", tools)
+        for name in ("max_tool_calls", "max_observation_chars", "page_cells", "max_write_cells"):
+            if getattr(self, name) < 1:
+                raise ConfigError(f"env.{name} must be at least 1, got {getattr(self, name)}")
+
+
+EnvSettings = EnvConfig
+"""The recipe's ``env`` section is the environment's own config (the old name)."""

@@ -23,7 +23,7 @@ from typing import Any
 from spreadrl.env.cell_changes import CellChangeTracker
 from spreadrl.env.config import EnvConfig
 from spreadrl.env.tools import ToolContext, ToolError, resolve_tools
-from spreadrl.env.types import EpisodeResult, Observation, StepResult, ToolCall
+from spreadrl.env.types import EndReason, EpisodeResult, Observation, StepResult, ToolCall
 from spreadrl.env.workbook import WorkingCopy, column_letter, render_value, truncate
 from spreadrl.errors import SpreadrlError
 
@@ -48,7 +48,7 @@ class SpreadsheetEnv:
     def _reset_counters(self) -> None:
         self.tool_calls = 0
         self.tool_errors = 0
-        self.stop_reason: str | None = None
+        self.stop_reason: EndReason | None = None
         self.started = time.monotonic()
         self.tool_time: dict[str, list[float]] = {}
         self.cell_changes = CellChangeTracker()  # what each call changed, for run viewers
@@ -93,17 +93,10 @@ class SpreadsheetEnv:
                 f"the episode's budget is spent ({self.stop_reason}); give your final answer",
                 truncated=True,
             )
-        if time.monotonic() - self.started > cfg.wall_time_s:
-            self.stop_reason = "wall_time"
-            return self._error(
-                f"the episode's wall-time budget of {cfg.wall_time_s:g} s is spent; "
-                "give your final answer",
-                truncated=True,
-            )
         self.tool_calls += 1
         truncated = self.tool_calls >= cfg.max_tool_calls
         if truncated:
-            self.stop_reason = "max_tool_calls"
+            self.stop_reason = EndReason.MAX_TOOL_CALLS
         tool = self.tools.get(call.name)
         if tool is None:
             valid = ", ".join(self.tools)
@@ -151,7 +144,9 @@ class SpreadsheetEnv:
             path, task_case.answer_path, self.task.answer_position, engine=self.config.engine
         )
         kept = self._keep_output(path, output_path)
-        reason = self.stop_reason or ("answered" if final_answer is not None else "finished")
+        reason = self.stop_reason or (
+            EndReason.ANSWERED if final_answer is not None else EndReason.NO_ANSWER
+        )
         result = EpisodeResult(
             reward=1.0 if check.passed else 0.0,
             passed=check.passed,

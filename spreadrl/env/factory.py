@@ -9,24 +9,24 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Callable, Sequence
-from typing import Any
 
-from spreadrl.env.config import EnvSettings
+from spreadrl.env.config import EnvConfig
 from spreadrl.env.pool import EnvPool, InlineEnvPool
+from spreadrl.env.types import Env
 
 
-def _settings(env: EnvSettings | str | Sequence[str]) -> EnvSettings:
+def _settings(env: EnvConfig | str | Sequence[str]) -> EnvConfig:
     """A config section (the recipe's ``env``), a preset name, or tool names."""
-    if isinstance(env, EnvSettings):
+    if isinstance(env, EnvConfig):
         return env
     if isinstance(env, str):
-        return EnvSettings(tools=[t.strip() for t in env.split(",") if t.strip()])
+        return EnvConfig(tools=env)
     if isinstance(env, Sequence):
-        return EnvSettings(tools=list(env))
+        return EnvConfig(tools=list(env))
     raise TypeError(f"cannot build an environment from {env!r}")
 
 
-def env_factory(env: Any) -> Callable[[], Any]:
+def env_factory(env: EnvConfig | str | Sequence[str]) -> Callable[[], Env]:
     """A picklable zero-argument constructor of one environment."""
     settings = _settings(env)
     if settings.kind == "code":
@@ -37,24 +37,14 @@ def env_factory(env: Any) -> Callable[[], Any]:
             max_observation_chars=settings.max_observation_chars,
         )
         return functools.partial(CodeEnv, code_config)
-    from spreadrl.env.config import EnvConfig
     from spreadrl.env.episode import SpreadsheetEnv
 
-    tools: Any = (
-        settings.tools[0]
-        if len(settings.tools) == 1 and settings.tools[0] in ("minimal", "full")
-        else list(settings.tools)
-    )
-    config = EnvConfig(
-        tools=tools,
-        max_tool_calls=settings.max_tool_calls,
-        max_observation_chars=settings.max_observation_chars,
-        overview=settings.overview,
-    )
-    return functools.partial(SpreadsheetEnv, config)
+    return functools.partial(SpreadsheetEnv, settings)
 
 
-def make_env_pool(env: Any = "full", workers: int = 0) -> EnvPool | InlineEnvPool:
+def make_env_pool(
+    env: EnvConfig | str | Sequence[str] = "full", workers: int = 0
+) -> EnvPool | InlineEnvPool:
     """A pool of environments; use it as a context manager so workers shut down cleanly."""
     factory = env_factory(env)
     if workers <= 0:

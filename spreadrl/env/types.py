@@ -1,15 +1,66 @@
-"""Records that cross the boundary between the gym and whoever drives it.
+"""The environment contract and the records that cross it.
 
-The environment contract follows Gymnasium's spirit, for text agents:
+In Gymnasium's spirit, for text agents (:class:`Env`):
 ``env.reset(task, case) -> Observation``, ``env.step(ToolCall) -> StepResult``,
-``env.finish() -> EpisodeResult``. ``terminated`` means the agent ended the
-episode; ``truncated`` means a budget (tool calls, wall time) ended it.
+``env.finish(final_answer) -> EpisodeResult``, ``env.close()``. A step's
+``truncated`` means a budget of the environment (its tool calls) is spent: the
+episode should end. ``terminated`` means the task itself ended the episode;
+neither environment here ends one on its own (the agent ends it by answering
+without a tool call), so their steps never set it and an :class:`EndReason`
+says how each episode ended. :func:`spreadrl.env.check.check_env` checks an
+environment against this contract.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
+from enum import StrEnum
+from typing import TYPE_CHECKING, Any, Protocol
+
+if TYPE_CHECKING:
+    from spreadrl.data.task import Task
+
+
+class EndReason(StrEnum):
+    """Why an episode ended. ``ANSWERED`` is the only one the agent chose itself
+    (Gymnasium's ``terminated``); the budgets are ``truncated``; ``ERROR`` is a bug
+    or a crashed worker, with the traceback text in ``Trajectory.error``.
+
+    A StrEnum: it compares equal to its value and is written to JSON as text.
+    """
+
+    ANSWERED = "answered"
+    MAX_TURNS = "max_turns"
+    MAX_RESPONSE_TOKENS = "max_response_tokens"
+    MAX_CONTEXT_TOKENS = "max_context_tokens"
+    MAX_TOOL_CALLS = "max_tool_calls"
+    WALL_TIME = "wall_time"
+    PROMPT_TOO_LONG = "prompt_too_long"
+    ERROR = "error"
+
+    NO_ANSWER = "no_answer"  # finished without a final answer (a driver called finish)
+
+    @property
+    def terminated(self) -> bool:
+        """The agent ended the episode itself (Gymnasium's ``terminated``)."""
+        return self is EndReason.ANSWERED
+
+    @property
+    def truncated(self) -> bool:
+        """A budget ended the episode (Gymnasium's ``truncated``)."""
+        return self in _BUDGETS
+
+
+_BUDGETS = frozenset(
+    {
+        EndReason.MAX_TURNS,
+        EndReason.MAX_RESPONSE_TOKENS,
+        EndReason.MAX_CONTEXT_TOKENS,
+        EndReason.MAX_TOOL_CALLS,
+        EndReason.WALL_TIME,
+        EndReason.PROMPT_TOO_LONG,
+    }
+)
 
 
 @dataclass(frozen=True)
@@ -68,6 +119,25 @@ class EpisodeResult:
     mismatches: list[Mismatch]
     tool_calls: int
     tool_errors: int
-    stop_reason: str
+    stop_reason: EndReason
     output_path: str | None = None
     info: dict[str, Any] = field(default_factory=dict)
+
+
+class Env(Protocol):
+    """What an environment offers its driver (the agent loop, serve, ``env replay``).
+
+    One episode at a time: ``reset`` starts one on a task case, ``step`` runs
+    one tool call (bad calls come back as ``ok=False`` observations, never as
+    exceptions), ``finish`` scores it and ends it, ``close`` frees what is left.
+    """
+
+    def reset(self, task: Task, case: int = 1) -> Observation: ...
+
+    def step(self, call: ToolCall) -> StepResult: ...
+
+    def finish(
+        self, final_answer: str | None = None, output_path: str | None = None
+    ) -> EpisodeResult: ...
+
+    def close(self) -> None: ...

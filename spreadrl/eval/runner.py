@@ -14,13 +14,45 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
+from spreadrl.config import config_to_dict, load_config
 from spreadrl.data.task import TaskSet
 from spreadrl.eval.report import build_report
 from spreadrl.rollout.runner import EpisodeJob, RolloutSettings, run_episodes
 from spreadrl.rollout.types import Trajectory
+from spreadrl.train.config import GRPOConfig
 
 TRAJECTORIES = "trajectories.jsonl"
 REPORT = "report.json"
+CONFIG = "config.yaml"
+
+
+def load_eval_config(recipe: Path | None, overrides: Sequence[str] = ()) -> GRPOConfig:
+    """The settings an eval runs with: a training recipe (or the training defaults) + overrides.
+
+    Eval reads the recipe's ``rollout``, ``env`` and ``data.max_prompt_tokens``
+    exactly as training does, so a model is judged under the budgets and
+    sampling it was trained with; with no recipe, the defaults are training's.
+    """
+    return load_config(GRPOConfig, recipe, overrides)
+
+
+def save_eval_config(
+    out_dir: Path, cfg: GRPOConfig, *, recipe: Path | None, run: dict[str, Any]
+) -> Path:
+    """Write the resolved settings of this eval as ``out_dir/config.yaml``."""
+    import yaml
+
+    out_dir.mkdir(parents=True, exist_ok=True)
+    data = {
+        "recipe": str(recipe) if recipe is not None else None,
+        "eval": run,
+        "rollout": config_to_dict(cfg.rollout),
+        "env": config_to_dict(cfg.env),
+        "data": {"max_prompt_tokens": cfg.data.max_prompt_tokens},
+    }
+    path = out_dir / CONFIG
+    path.write_text(yaml.safe_dump(data, sort_keys=False))
+    return path
 
 
 def read_trajectories(path: Path) -> list[Trajectory]:

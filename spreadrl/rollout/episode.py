@@ -21,16 +21,10 @@ from typing import Any, Protocol
 from spreadrl.data.task import Task
 from spreadrl.env.types import EpisodeResult, Observation, StepResult
 from spreadrl.errors import ConfigError
-from spreadrl.rollout.types import PolicyTurn, SamplingParams, Trajectory
+from spreadrl.rollout.config import RolloutConfig
+from spreadrl.rollout.types import EndReason, PolicyTurn, SamplingParams, Trajectory
 
 log = logging.getLogger(__name__)
-
-DEFAULT_SYSTEM_PROMPT = (
-    "You are a spreadsheet agent. A workbook is open for you to edit with the tools below. "
-    "Call one tool at a time. When the task is done, reply with a short final answer "
-    "and no tool call."
-)
-
 
 SCHEDULERS = ("auto", "turn", "episode")
 
@@ -45,29 +39,64 @@ class EnvPoolLike(Protocol):
     def finish(self, episode_id: str, **kwargs: Any) -> Future[EpisodeResult]: ...
 
 
+_DEFAULTS = RolloutConfig()
+
+
+def _default_sampling() -> SamplingParams:
+    return SamplingParams(
+        _DEFAULTS.temperature, _DEFAULTS.top_p, _DEFAULTS.top_k, _DEFAULTS.max_new_tokens_per_turn
+    )
+
+
 @dataclass(frozen=True)
 class RolloutSettings:
-    """Budgets and sampling for one batch of episodes."""
+    """Budgets and sampling for one batch of episodes, as the loop reads them.
 
-    sampling: SamplingParams = field(default_factory=SamplingParams)
-    max_turns: int = 20
-    max_response_tokens: int = 4096
-    max_tool_response_tokens: int = 1024
-    max_calls_per_turn: int = 1
+    Built from a recipe's ``rollout`` section by :meth:`from_config`; its
+    defaults are that section's defaults, so training, eval and serving agree.
+    """
+
+    sampling: SamplingParams = field(default_factory=_default_sampling)
+    max_turns: int = _DEFAULTS.max_turns
+    max_response_tokens: int = _DEFAULTS.max_response_tokens
+    max_tool_response_tokens: int = _DEFAULTS.max_tool_response_tokens
+    max_calls_per_turn: int = _DEFAULTS.max_calls_per_turn
     max_prompt_tokens: int = 0  # 0 = no limit; longer prompts end at once, untrained
-    episode_wall_time_s: float = 600.0
-    system_prompt: str = DEFAULT_SYSTEM_PROMPT
+    # the model's context length (0 = unknown): no turn is asked past it; run_episodes
+    # reads it from the policy (max_position_embeddings) when left at 0
+    max_context_tokens: int = 0
+    episode_wall_time_s: float = _DEFAULTS.episode_wall_time_s
+    system_prompt: str = _DEFAULTS.system_prompt
     keep_outputs_dir: str | None = None
     # "turn": one batched generation per round, every episode waits for the slowest;
     # "episode": each episode's next turn is queued as soon as its tools return
     # (needs a policy with submit/poll, i.e. vLLM); "auto" picks "episode" when it can
-    scheduler: str = "auto"
+    scheduler: str = _DEFAULTS.scheduler
 
     def __post_init__(self) -> None:
         if self.scheduler not in SCHEDULERS:
             raise ConfigError(
                 f"unknown rollout scheduler {self.scheduler!r}; choose one of {', '.join(SCHEDULERS)}"
             )
+
+    @classmethod
+    def from_config(
+        cls, cfg: RolloutConfig, *, seed: int | None = None, max_prompt_tokens: int = 0
+    ) -> RolloutSettings:
+        """The loop's settings from a recipe's ``rollout`` section (the one translation)."""
+        return cls(
+            sampling=SamplingParams(
+                cfg.temperature, cfg.top_p, cfg.top_k, cfg.max_new_tokens_per_turn, seed
+            ),
+            max_turns=cfg.max_turns,
+            max_response_tokens=cfg.max_response_tokens,
+            max_tool_response_tokens=cfg.max_tool_response_tokens,
+            max_calls_per_turn=cfg.max_calls_per_turn,
+            max_prompt_tokens=max_prompt_tokens,
+            episode_wall_time_s=cfg.episode_wall_time_s,
+            system_prompt=cfg.system_prompt,
+            scheduler=cfg.scheduler,
+        )
 
 
 @dataclass(frozen=True)
@@ -111,7 +140,7 @@ class EpisodeState:
     def context_ids(self) -> list[int]:
         return self.traj.prompt_ids + self.traj.response_ids
 
-    def end(self, reason: str) -> None:
+    def end(self, reason: EndReason) -> None:
         self.done = True
         self.traj.stop_reason = reason
 
@@ -151,7 +180,7 @@ def take_turn(
     if parsed.tool_calls:
         state.traj.tool_calls += len(parsed.tool_calls)
         return [pool.step(state.job.episode_id, call) for call in parsed.tool_calls]
-    state.end("answered" if turn.finish_reason == "stop" else "max_response_tokens")
+    state.end(EndReason.ANSWERED if turn.finish_reason == "stop" else EndReason.MAX_RESPONSE_TOKENS)
     return []
 
 
@@ -174,25 +203,32 @@ def take_observations(
             result = item.result()
         except Exception as exc:  # a crashed worker fails only this episode
             state.traj.error = f"{type(exc).__name__}: {exc}"
-            state.end("error")
+            state.end(EndReason.ERROR)
             return
         if not result.ok:
             state.traj.tool_errors += 1
         observations.append(result.observation)
         changes.append(result.info.get("changed_cells"))
         if result.truncated:
-            state.end("max_tool_calls")
+            state.end(EndReason.MAX_TOOL_CALLS)
     first = len(state.traj.messages)
     _record_observations(state, observations, settings, token_level, tokenizer)
     for offset, changed in enumerate(changes):
         if changed:  # keyed by the index of the tool message it belongs to
             state.traj.metadata.setdefault("cell_changes", {})[str(first + offset)] = changed
-    _check_budgets(state, settings)
+    check_budgets(state, settings)
 
 
 def episode_room(state: EpisodeState, settings: RolloutSettings) -> int:
-    """Tokens left in this episode's response budget; a longer turn is clipped to it."""
-    return settings.max_response_tokens - len(state.traj.response_ids)
+    """Tokens left in this episode's budget; a longer turn is clipped to it.
+
+    The response budget, and never past the model's context length when the
+    settings know it (``max_context_tokens``): a turn that would run past the
+    model's positions is cut before it is asked for."""
+    room = settings.max_response_tokens - len(state.traj.response_ids)
+    if settings.max_context_tokens:
+        room = min(room, settings.max_context_tokens - len(state.context_ids))
+    return room
 
 
 def turn_budget(state: EpisodeState, settings: RolloutSettings) -> int:
@@ -233,7 +269,7 @@ def start_episodes(
         except Exception as exc:
             traj.error = f"{type(exc).__name__}: {exc}"
             state = EpisodeState(job, traj, [], [], time.monotonic())
-            state.end("error")
+            state.end(EndReason.ERROR)
             states.append(state)
             continue
         traj.messages.extend(
@@ -251,8 +287,12 @@ def start_episodes(
         if tokenizer is not None:
             traj.prompt_ids = render_prompt_ids(tokenizer, traj.messages, obs.tool_schemas)
         state = EpisodeState(job, traj, names, obs.tool_schemas, time.monotonic())
-        if settings.max_prompt_tokens and len(traj.prompt_ids) > settings.max_prompt_tokens:
-            state.end("prompt_too_long")
+        too_long = settings.max_prompt_tokens and len(traj.prompt_ids) > settings.max_prompt_tokens
+        no_room = (
+            settings.max_context_tokens and len(traj.prompt_ids) >= settings.max_context_tokens
+        )
+        if too_long or no_room:
+            state.end(EndReason.PROMPT_TOO_LONG)
         states.append(state)
     return states
 
@@ -268,6 +308,7 @@ def _record_turn(state: EpisodeState, turn: PolicyTurn, token_level: bool, token
     if token_level and turn.token_ids is not None:
         traj.response_ids.extend(turn.token_ids)
         traj.response_mask.extend([1] * len(turn.token_ids))
+        traj.generated_tokens += len(turn.token_ids)
         lps = turn.logprobs or [0.0] * len(turn.token_ids)
         traj.rollout_logprobs.extend(lps)
         if turn.finish_reason != "stop":
@@ -311,15 +352,21 @@ def _record_observations(
         state.traj.rollout_logprobs.extend([0.0] * len(ids))
 
 
-def _check_budgets(state: EpisodeState, settings: RolloutSettings) -> None:
+def check_budgets(state: EpisodeState, settings: RolloutSettings) -> None:
+    """The episode's budgets, all in one place: turns, tokens, context, wall clock.
+
+    (Tool calls are the environment's budget: it answers the call that spends
+    them with ``truncated=True``, and :func:`take_observations` ends the episode.)"""
     if state.done:
         return
     if state.turns_taken >= settings.max_turns:
-        state.end("max_turns")
+        state.end(EndReason.MAX_TURNS)
     elif len(state.traj.response_ids) >= settings.max_response_tokens:
-        state.end("max_response_tokens")
+        state.end(EndReason.MAX_RESPONSE_TOKENS)
+    elif settings.max_context_tokens and len(state.context_ids) >= settings.max_context_tokens:
+        state.end(EndReason.MAX_CONTEXT_TOKENS)
     elif time.monotonic() - state.started > settings.episode_wall_time_s:
-        state.end("wall_time")
+        state.end(EndReason.WALL_TIME)
 
 
 def finish_episode(
@@ -343,10 +390,11 @@ def apply_result(state: EpisodeState, future: Future[EpisodeResult]) -> None:
         result = future.result()
     except Exception as exc:
         traj.error = traj.error or f"{type(exc).__name__}: {exc}"
-        traj.stop_reason = "error"
-        traj.reward, traj.passed = 0.0, False
+        traj.stop_reason = EndReason.ERROR
+        traj.env_reward, traj.reward, traj.passed = 0.0, 0.0, False
         return
-    traj.reward = float(result.reward)
+    # the environment's reward; a recipe may shape ``reward`` later, never ``env_reward``
+    traj.env_reward = traj.reward = float(result.reward)
     traj.passed = bool(result.passed)
     traj.mismatches = [
         {

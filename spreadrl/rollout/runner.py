@@ -20,8 +20,8 @@ from typing import Any
 
 from spreadrl.env.types import EpisodeResult
 from spreadrl.errors import ConfigError
+from spreadrl.rollout.config import DEFAULT_SYSTEM_PROMPT  # noqa: F401  (re-exported)
 from spreadrl.rollout.episode import (  # noqa: F401  (re-exported: the loop's public records)
-    DEFAULT_SYSTEM_PROMPT,
     SCHEDULERS,
     EnvPoolLike,
     EpisodeJob,
@@ -64,6 +64,8 @@ def run_episodes(
     token_level = bool(getattr(policy, "token_level", False))
     if token_level and tokenizer is None:
         raise ValueError("a token-level policy needs the tokenizer")
+    if token_level and not settings.max_context_tokens:
+        settings = replace(settings, max_context_tokens=context_limit(policy))
     ids = [job.episode_id for job in jobs]
     if len(set(ids)) != len(ids):
         dup = next(i for i in ids if ids.count(i) > 1)
@@ -115,6 +117,20 @@ def run_episodes(
     return RolloutBatch([s.traj for s in states], timings)
 
 
+def context_limit(policy: Any) -> int:
+    """The policy's context length in tokens (0 = unknown, no limit).
+
+    A policy may say it (``max_context_tokens``); a transformers model says it
+    in ``config.max_position_embeddings``. Budgets are clipped to it so no turn
+    generates past the positions the model has."""
+    limit = getattr(policy, "max_context_tokens", None)
+    if isinstance(limit, int) and limit > 0:
+        return limit
+    config = getattr(getattr(policy, "model", None), "config", None)
+    limit = getattr(config, "max_position_embeddings", None)
+    return limit if isinstance(limit, int) and limit > 0 else 0
+
+
 def _use_episode_scheduler(policy: Any, settings: RolloutSettings, token_level: bool) -> bool:
     if settings.scheduler == "turn":
         return False
@@ -135,6 +151,9 @@ def _generate(
     if not token_level:
         return policy.act_messages(active, settings.sampling)
     budget = max(turn_budget(s, settings) for s in active)  # one call, one budget
+    if settings.max_context_tokens:  # the batch is as long as its longest context
+        longest = max(len(s.context_ids) for s in active)
+        budget = max(1, min(budget, settings.max_context_tokens - longest))
     turns = policy.act(
         [s.context_ids for s in active], replace(settings.sampling, max_new_tokens=budget)
     )

@@ -12,16 +12,9 @@ import zlib
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-# Why an episode ended. "answered" is the only one the agent chose itself.
-STOP_REASONS = (
-    "answered",
-    "max_turns",
-    "max_response_tokens",
-    "max_tool_calls",
-    "wall_time",
-    "prompt_too_long",
-    "error",
-)
+from spreadrl.env.types import EndReason
+
+STOP_REASONS = tuple(reason.value for reason in EndReason)
 
 
 @dataclass(frozen=True)
@@ -84,8 +77,10 @@ class Trajectory:
     tool_calls: int = 0
     tool_errors: int = 0
     parse_errors: int = 0
-    stop_reason: str = "answered"
-    reward: float = 0.0
+    generated_tokens: int = 0  # tokens the policy sampled (kept when the ids are not)
+    stop_reason: EndReason = EndReason.ANSWERED
+    env_reward: float = 0.0  # what the environment's checker gave
+    reward: float = 0.0  # the reward trained on: env_reward, or shaped by the recipe
     passed: bool = False
     mismatches: list[dict[str, Any]] = field(default_factory=list)
     error: str | None = None
@@ -97,10 +92,6 @@ class Trajectory:
         """Identity of the episode within a run (used for resuming)."""
         return f"{self.task_id}/{self.case}/{self.sample}"
 
-    @property
-    def generated_tokens(self) -> int:
-        return sum(self.response_mask)
-
     def to_json(self, *, with_tokens: bool = True) -> dict[str, Any]:
         data = asdict(self)
         if not with_tokens:
@@ -111,4 +102,9 @@ class Trajectory:
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> Trajectory:
         known = {f for f in cls.__dataclass_fields__}
-        return cls(**{k: v for k, v in data.items() if k in known})
+        kept = {k: v for k, v in data.items() if k in known}
+        if kept.get("stop_reason") in STOP_REASONS:
+            kept["stop_reason"] = EndReason(kept["stop_reason"])
+        if "env_reward" not in kept and "reward" in kept:  # written before env_reward existed
+            kept["env_reward"] = kept["reward"]
+        return cls(**kept)

@@ -12,13 +12,14 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal
 
-from spreadrl.config import config_table, option, section
+from spreadrl.config import Section, config_table, option, section
 from spreadrl.env.config import EnvSettings
 from spreadrl.errors import ConfigError
+from spreadrl.rollout.config import RolloutConfig
 
 
 @dataclass(frozen=True)
-class LoraSettings:
+class LoraSettings(Section):
     enabled: bool = option(False, "Train LoRA adapters instead of all weights.")
     r: int = option(16, "LoRA rank.")
     alpha: int = option(32, "LoRA alpha (scale = alpha / r).")
@@ -30,7 +31,7 @@ class LoraSettings:
 
 
 @dataclass(frozen=True)
-class ModelConfig:
+class ModelConfig(Section):
     name_or_path: str = option("runs/tiny", "Local model folder or Hugging Face model id.")
     dtype: Literal["auto", "float32", "bfloat16", "float16"] = option(
         "auto", "Weights dtype; auto = bfloat16 on GPU, float32 on CPU."
@@ -42,7 +43,7 @@ class ModelConfig:
 
 
 @dataclass(frozen=True)
-class DataConfig:
+class DataConfig(Section):
     train_tasks: str = option("builtin:train", "Task folder (native layout) or builtin:<split>.")
     max_prompt_tokens: int = option(
         0, "Prompt budget: tasks whose first prompt is longer are skipped (0 = no limit)."
@@ -50,41 +51,7 @@ class DataConfig:
 
 
 @dataclass(frozen=True)
-class RolloutConfig:
-    backend: Literal["hf", "vllm"] = option("hf", "Rollout engine: transformers or colocated vLLM.")
-    vllm_gpu_memory_utilization: float = option(
-        0.3, "vllm: share of GPU memory the engine takes (weights + KV cache) beside the trainer."
-    )
-    temperature: float = option(1.0, "Sampling temperature.")
-    top_p: float = option(1.0, "Nucleus sampling threshold.")
-    top_k: int = option(0, "Top-k sampling (0 = off).")
-    max_turns: int = option(16, "Max assistant turns per episode.")
-    max_new_tokens_per_turn: int = option(1024, "Max tokens sampled in one assistant turn.")
-    max_response_tokens: int = option(8192, "Max tokens after the prompt, tool responses included.")
-    max_tool_response_tokens: int = option(2048, "Tool responses are cut to this many tokens.")
-    group_size: int = option(8, "Rollouts per prompt (G).")
-    prompts_per_step: int = option(4, "Prompts per GRPO step.")
-    concurrency: int = option(0, "Environment worker processes (0 = run tools in-process).")
-    scheduler: Literal["auto", "turn", "episode"] = option(
-        "auto",
-        "turn: one batched generation per round; episode: each episode's next turn starts "
-        "when its tools return (vllm); auto: episode where the backend supports it.",
-    )
-
-    def validate(self) -> None:
-        if self.group_size < 2:
-            raise ConfigError(
-                f"rollout.group_size must be at least 2 for GRPO, got {self.group_size}"
-            )
-        if not 0 < self.vllm_gpu_memory_utilization <= 1:
-            raise ConfigError(
-                "rollout.vllm_gpu_memory_utilization must be in (0, 1], "
-                f"got {self.vllm_gpu_memory_utilization}"
-            )
-
-
-@dataclass(frozen=True)
-class RewardConfig:
+class RewardConfig(Section):
     outcome: bool = option(
         True,
         "Binary outcome reward (1 iff every answer cell matches); "
@@ -122,7 +89,7 @@ class RewardConfig:
 
 
 @dataclass(frozen=True)
-class LossConfig:
+class LossConfig(Section):
     clip_low: float = option(0.2, "PPO clip below 1 (ratio >= 1 - clip_low).")
     clip_high: float = option(0.2, "PPO clip above 1; > clip_low is clip-higher.")
     dual_clip_c: float | None = option(
@@ -154,7 +121,7 @@ class LossConfig:
 
 
 @dataclass(frozen=True)
-class OptimConfig:
+class OptimConfig(Section):
     lr: float = option(1e-6, "AdamW learning rate.")
     weight_decay: float = option(0.01, "AdamW weight decay.")
     betas: tuple[float, float] = option((0.9, 0.999), "AdamW betas.")
@@ -180,7 +147,7 @@ class OptimConfig:
 
 
 @dataclass(frozen=True)
-class DynamicSamplingConfig:
+class DynamicSamplingConfig(Section):
     mode: Literal["off", "keep", "drop", "refill"] = option(
         "drop",
         "Groups whose rewards are all equal: off (train on them; 'keep' is the same), "
@@ -190,14 +157,14 @@ class DynamicSamplingConfig:
 
 
 @dataclass(frozen=True)
-class CheckpointConfig:
+class CheckpointConfig(Section):
     dir: str = option("", "Checkpoint folder (empty = OUTPUT_DIR/checkpoints).")
     every_steps: int = option(0, "Save every N steps (0 = only on Ctrl-C and at the end).")
     keep: int = option(2, "Checkpoints kept.")
 
 
 @dataclass(frozen=True)
-class LoggingConfig:
+class LoggingConfig(Section):
     backends: list[Literal["jsonl", "tensorboard", "wandb", "trackio"]] = option(
         ["jsonl"],
         "Where metrics go; metrics.jsonl is always written. tensorboard, wandb and trackio "
@@ -212,7 +179,7 @@ class LoggingConfig:
 
 
 @dataclass(frozen=True)
-class GRPOConfig:
+class GRPOConfig(Section):
     model: ModelConfig = section(ModelConfig, "Policy model.")
     data: DataConfig = section(DataConfig, "Task sets.")
     rollout: RolloutConfig = section(RolloutConfig, "Rollouts and sampling.")
@@ -239,12 +206,12 @@ class GRPOConfig:
 
 
 @dataclass(frozen=True)
-class SFTDataConfig:
+class SFTDataConfig(Section):
     path: str = option("runs/sft.jsonl", "JSONL of conversations ({messages, tools}).")
 
 
 @dataclass(frozen=True)
-class SFTConfig:
+class SFTConfig(Section):
     model: ModelConfig = section(ModelConfig, "Model to fine-tune.")
     data: SFTDataConfig = section(SFTDataConfig, "SFT data.")
     max_length: int = option(32768, "Conversations longer than this are dropped (never cut).")

@@ -19,7 +19,7 @@ from typing import Any
 
 from spreadrl.data.task import TaskSet
 from spreadrl.rollout.runner import EpisodeJob, RolloutSettings, run_episodes
-from spreadrl.rollout.types import SamplingParams, Trajectory
+from spreadrl.rollout.types import Trajectory
 from spreadrl.train.batching import Sample
 from spreadrl.train.distributed import DistInfo, all_reduce, gathered_params, rank_slice
 from spreadrl.train.trajectory_log import save_step_trajectories
@@ -59,14 +59,8 @@ class PromptSampler:
 
 
 def rollout_settings(cfg: Any, seed: int) -> RolloutSettings:
-    r = cfg.rollout
-    return RolloutSettings(
-        sampling=SamplingParams(r.temperature, r.top_p, r.top_k, r.max_new_tokens_per_turn, seed),
-        max_turns=r.max_turns,
-        max_response_tokens=r.max_response_tokens,
-        max_tool_response_tokens=r.max_tool_response_tokens,
-        max_prompt_tokens=cfg.data.max_prompt_tokens,
-        scheduler=r.scheduler,
+    return RolloutSettings.from_config(
+        cfg.rollout, seed=seed, max_prompt_tokens=cfg.data.max_prompt_tokens
     )
 
 

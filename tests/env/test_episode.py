@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import hashlib
-import time
 
 import pytest
 
@@ -82,7 +81,7 @@ def test_wrong_episode_scores_zero_with_mismatches(tmp_path):
     result, steps = replay(task, 1, wrong, output_path=tmp_path / "o" / "out.xlsx")
     assert steps[0].ok and result.reward == 0.0 and not result.passed
     assert result.mismatches[0].cell == "D2" and result.mismatches[0].expected == 25
-    assert result.stop_reason == "finished" and (tmp_path / "o" / "out.xlsx").is_file()
+    assert result.stop_reason == "no_answer" and (tmp_path / "o" / "out.xlsx").is_file()
 
 
 def test_bad_calls_are_observations_and_the_episode_goes_on(tmp_path):
@@ -119,18 +118,12 @@ def test_tool_call_budget_truncates(tmp_path):
         assert result.stop_reason == "max_tool_calls" and result.tool_calls == 2
 
 
-def test_wall_time_budget_and_observation_truncation(tmp_path):
+def test_observation_truncation(tmp_path):
     task = make_task(tmp_path, revenue_answer)
     with SpreadsheetEnv(EnvConfig(max_observation_chars=120)) as env:
         env.reset(task)
         obs = env.step({"name": "inspect_range", "arguments": {"ranges": ["A1:C6"]}}).observation
         assert len(obs) <= 120 and "[truncated: " in obs and "characters not shown]" in obs
-    with SpreadsheetEnv(EnvConfig(wall_time_s=0.0)) as env:
-        env.reset(task)
-        time.sleep(0.01)
-        late = env.step({"name": "list_sheets", "arguments": {}})
-        assert late.truncated and "wall-time budget" in late.observation
-        assert env.finish().stop_reason == "wall_time"
 
 
 def test_misuse_of_the_interface_raises(tmp_path):

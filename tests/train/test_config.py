@@ -26,7 +26,7 @@ def test_spreadsheet_rl_4b_matches_seed_000():
     assert o.mini_batch_size == 32 * r.group_size and o.micro_batch_tokens > 0
     assert (cfg.loss.kl_coef, cfg.loss.kl_estimator) == (0.001, "k3")
     assert (cfg.loss.clip_low, cfg.loss.clip_high) == (0.2, 0.2)
-    assert cfg.steps == 60 and cfg.env.tools == ["full"] and cfg.env.kind == "spreadsheet"
+    assert cfg.steps == 60 and cfg.env.tools == "full" and cfg.env.kind == "spreadsheet"
     assert cfg.reward.outcome and not cfg.reward.tool_call_reward and not cfg.reward.overlong
     assert cfg.sampling.mode == "off"
 

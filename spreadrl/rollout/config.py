@@ -1,0 +1,75 @@
+"""The ``rollout`` section of a recipe: sampling, budgets and the engine, defined once.
+
+Training (``spreadrl grpo``), evaluation (``spreadrl eval --config``) and the
+demo read this one section, so their defaults cannot drift apart; the agent
+loop's :class:`~spreadrl.rollout.episode.RolloutSettings` is built from it by
+:meth:`RolloutSettings.from_config` and takes its defaults from here.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Literal
+
+from spreadrl.config import Section, option
+from spreadrl.errors import ConfigError
+
+DEFAULT_SYSTEM_PROMPT = (
+    "You are a spreadsheet agent. A workbook is open for you to edit with the tools below. "
+    "Call one tool at a time. When the task is done, reply with a short final answer "
+    "and no tool call."
+)
+
+
+@dataclass(frozen=True)
+class RolloutConfig(Section):
+    backend: Literal["hf", "vllm"] = option("hf", "Rollout engine: transformers or colocated vLLM.")
+    vllm_gpu_memory_utilization: float = option(
+        0.3, "vllm: share of GPU memory the engine takes (weights + KV cache) beside the trainer."
+    )
+    temperature: float = option(1.0, "Sampling temperature.")
+    top_p: float = option(1.0, "Nucleus sampling threshold.")
+    top_k: int = option(0, "Top-k sampling (0 = off).")
+    max_turns: int = option(16, "Max assistant turns per episode.")
+    max_new_tokens_per_turn: int = option(1024, "Max tokens sampled in one assistant turn.")
+    max_response_tokens: int = option(8192, "Max tokens after the prompt, tool responses included.")
+    max_tool_response_tokens: int = option(2048, "Tool responses are cut to this many tokens.")
+    max_calls_per_turn: int = option(1, "Tool calls read from one assistant turn.")
+    episode_wall_time_s: float = option(
+        900.0, "Wall-clock budget of one episode, from reset (the only wall-clock budget)."
+    )
+    system_prompt: str = option(
+        DEFAULT_SYSTEM_PROMPT, "System prompt (an environment may bring its own: the code env)."
+    )
+    group_size: int = option(8, "Rollouts per prompt (G).")
+    prompts_per_step: int = option(4, "Prompts per GRPO step.")
+    concurrency: int = option(0, "Environment worker processes (0 = run tools in-process).")
+    scheduler: Literal["auto", "turn", "episode"] = option(
+        "auto",
+        "turn: one batched generation per round; episode: each episode's next turn starts "
+        "when its tools return (vllm); auto: episode where the backend supports it.",
+    )
+
+    def validate(self) -> None:
+        if self.group_size < 2:
+            raise ConfigError(
+                f"rollout.group_size must be at least 2 for GRPO, got {self.group_size}"
+            )
+        if not 0 < self.vllm_gpu_memory_utilization <= 1:
+            raise ConfigError(
+                "rollout.vllm_gpu_memory_utilization must be in (0, 1], "
+                f"got {self.vllm_gpu_memory_utilization}"
+            )
+        for name in (
+            "max_turns",
+            "max_new_tokens_per_turn",
+            "max_response_tokens",
+            "max_tool_response_tokens",
+            "max_calls_per_turn",
+        ):
+            if getattr(self, name) < 1:
+                raise ConfigError(f"rollout.{name} must be at least 1, got {getattr(self, name)}")
+        if self.episode_wall_time_s <= 0:
+            raise ConfigError(
+                f"rollout.episode_wall_time_s must be positive, got {self.episode_wall_time_s}"
+            )

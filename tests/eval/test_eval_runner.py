@@ -1,0 +1,98 @@
+"""`spreadrl eval` from a recipe, and the report's generated-token count."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import yaml
+from typer.testing import CliRunner
+
+from spreadrl.cli.main import app
+from spreadrl.data.task import TaskSet
+from spreadrl.eval.runner import run_eval
+from spreadrl.rollout.runner import RolloutSettings
+from spreadrl.rollout.scripted import format_tool_call
+from spreadrl.rollout.types import PolicyTurn
+from tests.rollout.fakes import FakePool, make_task
+
+RECIPE = Path(__file__).resolve().parents[2] / "configs" / "tiny-cpu.yaml"
+runner = CliRunner()
+
+
+class CountingPolicy:
+    """A token-level policy that samples scripted texts and counts what it sampled."""
+
+    token_level = True
+
+    def __init__(self, tokenizer, texts):
+        self.tokenizer, self.texts, self.turn, self.sampled = tokenizer, texts, 0, 0
+
+    def act(self, contexts, params):
+        text = self.texts[min(self.turn, len(self.texts) - 1)]
+        self.turn += 1
+        end = self.tokenizer.convert_tokens_to_ids("<|im_end|>")
+        ids = self.tokenizer.encode(text, add_special_tokens=False) + [end]
+        self.sampled += len(ids) * len(contexts)
+        return [PolicyTurn(text, list(ids), [-0.1] * len(ids), "stop") for _ in contexts]
+
+
+def test_the_report_counts_generated_tokens_of_a_token_level_policy(tiny_model, tmp_path):
+    """report.json is built from trajectories.jsonl, which keeps no token ids: the count
+    must survive the round trip (it read 0.0 for every hf run before)."""
+    _, tok = tiny_model
+    call = format_tool_call("write_range", {"range": "A1", "values": 42})
+    policy = CountingPolicy(tok, [call, "Done."])
+    tasks = TaskSet(Path("."), [make_task()])
+    report = run_eval(
+        tasks, policy, FakePool(), RolloutSettings(), tmp_path, tokenizer=tok, progress=False
+    )
+    assert report["episodes"] == 1 and report["pass@1"] == 1.0
+    assert report["mean_generated_tokens"] == policy.sampled > 0
+    saved = json.loads((tmp_path / "trajectories.jsonl").read_text().splitlines()[0])
+    assert saved["generated_tokens"] == policy.sampled and "response_ids" not in saved
+
+
+def test_eval_from_a_recipe_records_its_settings_and_flags_override(tmp_path):
+    out = tmp_path / "oracle"
+    args = ["eval", "--config", str(RECIPE), "--backend", "oracle", "--tasks", "builtin:demo-test"]
+    result = runner.invoke(app, [*args, "--out", str(out)])
+    assert result.exit_code == 0, result.output
+    recorded = yaml.safe_load((out / "config.yaml").read_text())
+    recipe = yaml.safe_load(RECIPE.read_text())
+    assert recorded["rollout"]["max_turns"] == recipe["rollout"]["max_turns"] == 2
+    assert recorded["env"]["tools"] == recipe["env"]["tools"]
+    assert json.loads((out / "report.json").read_text())["pass@1"] == 1.0
+    # a flag wins over the recipe, and a dotted override too
+    out2 = tmp_path / "flags"
+    result = runner.invoke(
+        app, [*args, "--out", str(out2), "--max-turns", "3", "env.max_observation_chars=500"]
+    )
+    assert result.exit_code == 0, result.output
+    recorded = yaml.safe_load((out2 / "config.yaml").read_text())
+    assert recorded["rollout"]["max_turns"] == 3
+    assert recorded["env"]["max_observation_chars"] == 500
+    assert (
+        recorded["rollout"]["max_new_tokens_per_turn"]
+        == recipe["rollout"]["max_new_tokens_per_turn"]
+    )
+
+
+def test_eval_without_a_recipe_uses_the_training_defaults(tmp_path):
+    from spreadrl.rollout.config import RolloutConfig
+
+    out = tmp_path / "noop"
+    result = runner.invoke(
+        app, ["eval", "--backend", "noop", "--tasks", "builtin:demo-test", "--out", str(out)]
+    )
+    assert result.exit_code == 0, result.output
+    recorded = yaml.safe_load((out / "config.yaml").read_text())
+    defaults = RolloutConfig()
+    assert recorded["rollout"]["max_turns"] == defaults.max_turns
+    assert recorded["rollout"]["max_tool_response_tokens"] == defaults.max_tool_response_tokens
+    settings = RolloutSettings()
+    assert (
+        settings.max_turns,
+        settings.max_tool_response_tokens,
+        settings.sampling.max_new_tokens,
+    ) == (defaults.max_turns, defaults.max_tool_response_tokens, defaults.max_new_tokens_per_turn)

@@ -1,0 +1,79 @@
+"""The episode budgets, all applied by the loop: turns, tokens, the model's context, wall clock."""
+
+from __future__ import annotations
+
+from types import SimpleNamespace
+
+from spreadrl.env.types import EndReason
+from spreadrl.rollout.runner import EpisodeJob, RolloutSettings, context_limit, run_episodes
+from spreadrl.rollout.scripted import format_tool_call
+from spreadrl.rollout.types import PolicyTurn, SamplingParams
+from tests.rollout.fakes import FakePool, make_task
+
+
+class BudgetPolicy:
+    """Token-level: always calls a tool; records the budget it was asked for."""
+
+    token_level = True
+
+    def __init__(self, tokenizer, max_context_tokens=0):
+        self.tokenizer = tokenizer
+        self.asked: list[tuple[int, int]] = []  # (longest context, max_new_tokens)
+        if max_context_tokens:
+            self.max_context_tokens = max_context_tokens
+
+    def act(self, contexts, params):
+        self.asked.append((max(len(c) for c in contexts), params.max_new_tokens))
+        text = format_tool_call("write_range", {"range": "A1", "values": 1})
+        ids = self.tokenizer.encode(text, add_special_tokens=False)
+        ids = ids[: params.max_new_tokens]
+        end = self.tokenizer.convert_tokens_to_ids("<|im_end|>")
+        return [
+            PolicyTurn(text, [*ids, end][: params.max_new_tokens], None, "stop") for _ in contexts
+        ]
+
+
+def test_no_turn_is_asked_past_the_models_context_length(tiny_model):
+    _, tok = tiny_model
+    probe = BudgetPolicy(tok)
+    run_episodes(probe, FakePool(), [EpisodeJob(make_task())], RolloutSettings(max_turns=1), tok)
+    prompt = probe.asked[0][0]
+    limit = prompt + 60  # room for a turn or two, not for sixteen
+    policy = BudgetPolicy(tok, max_context_tokens=limit)
+    settings = RolloutSettings(sampling=SamplingParams(max_new_tokens=1024), max_turns=16)
+    out = run_episodes(policy, FakePool(), [EpisodeJob(make_task())], settings, tok)
+    t = out.trajectories[0]
+    assert all(context + budget <= limit for context, budget in policy.asked)
+    assert t.turns < 16  # it ended once the context was full (the last observation may overfill it)
+    assert t.stop_reason == EndReason.MAX_CONTEXT_TOKENS and t.stop_reason.truncated
+
+
+def test_context_limit_reads_the_policy_or_its_model():
+    assert context_limit(SimpleNamespace(max_context_tokens=512)) == 512
+    model = SimpleNamespace(config=SimpleNamespace(max_position_embeddings=4096))
+    assert context_limit(SimpleNamespace(model=model)) == 4096
+    assert context_limit(object()) == 0
+
+
+def test_the_wall_clock_budget_ends_the_episode(tiny_model):
+    _, tok = tiny_model
+    settings = RolloutSettings(episode_wall_time_s=1e-9, max_turns=5)
+    out = run_episodes(BudgetPolicy(tok), FakePool(), [EpisodeJob(make_task())], settings, tok)
+    t = out.trajectories[0]
+    assert t.turns == 1 and t.stop_reason == EndReason.WALL_TIME
+    assert not t.stop_reason.terminated and t.stop_reason.truncated
+
+
+def test_answered_is_terminated_and_the_env_reward_is_kept_apart(tiny_model):
+    _, tok = tiny_model
+
+    class Answers(BudgetPolicy):
+        def act(self, contexts, params):
+            end = self.tokenizer.convert_tokens_to_ids("<|im_end|>")
+            ids = [*self.tokenizer.encode("Done.", add_special_tokens=False), end]
+            return [PolicyTurn("Done.", ids, None, "stop") for _ in contexts]
+
+    out = run_episodes(Answers(tok), FakePool(), [EpisodeJob(make_task())], RolloutSettings(), tok)
+    t = out.trajectories[0]
+    assert t.stop_reason == "answered" and t.stop_reason.terminated
+    assert t.env_reward == t.reward == 0.0
