@@ -52,6 +52,9 @@ def serve(
         None, help="Model name reported by /v1/models (default: folder name)."
     ),
     log_level: str = typer.Option("info", help="uvicorn log level."),
+    view: Path = typer.Option(
+        None, help="Also serve the run viewer (spreadrl view) over this run folder at /view/."
+    ),
 ) -> None:
     import logging
 
@@ -84,7 +87,9 @@ def serve(
         env_workers=env_workers,
     )
     policy, tokenizer = load_policy(backend, model, device=device)
-    app = create_app(settings, policy, tokenizer, work_dir=work_dir)
+    if view is not None and not view.is_dir():
+        raise SpreadrlError(f"--view {view}: not a folder; pass a run folder such as runs/demo")
+    app = create_app(settings, policy, tokenizer, work_dir=work_dir, view_dir=view)
     # uvicorn's own shutdown: on SIGINT/SIGTERM it stops accepting, finishes in-flight requests
     # (up to timeout_graceful_shutdown), then runs the app's lifespan exit.
     uvicorn.run(

@@ -37,10 +37,11 @@ from spreadrl.serve.limits import (
     Overloaded,
     RequestMetrics,
 )
-from spreadrl.serve.page import INDEX_HTML
+from spreadrl.serve.page import index_html
 from spreadrl.serve.schemas import ChatCompletionRequest, ServeSettings, error_body
 from spreadrl.serve.tasks import (
     PoolFactory,
+    ProgressStore,
     TaskRequest,
     TaskStore,
     UploadError,
@@ -63,12 +64,14 @@ def create_app(
     *,
     pool_factory: PoolFactory | None = None,
     work_dir: str | Path | None = None,
+    view_dir: str | Path | None = None,
 ) -> FastAPI:
     """Build the server around an already loaded ``policy`` and ``tokenizer``.
 
     ``pool_factory(preset)`` returns a context manager yielding an environment
     pool for one task (default: the gym's ``make_env_pool``). ``work_dir`` holds
     the served tasks' folders (default: a temporary folder removed at shutdown).
+    ``view_dir`` also mounts the run viewer (``spreadrl view``) over that folder at ``/view/``.
     """
     if tokenizer is None:
         raise SpreadrlError(
@@ -78,6 +81,7 @@ def create_app(
     metrics = Metrics(admission)
     locked = LockedPolicy(policy, threading.Lock())
     factory = pool_factory or gym_pool_factory(settings.env_workers)
+    progress_store = ProgressStore()
     state: dict[str, Any] = {}
 
     @asynccontextmanager
@@ -147,9 +151,15 @@ def create_app(
                 "timeout",
             )
 
+    from spreadrl.serve.view import assets_router, view_router
+
+    app.include_router(assets_router())  # the page's shared trajectory component
+    if view_dir is not None:
+        app.include_router(view_router(view_dir))
+
     @app.get("/", response_class=HTMLResponse, include_in_schema=False)
     async def index() -> HTMLResponse:
-        return HTMLResponse(INDEX_HTML)
+        return HTMLResponse(index_html(settings.preset))
 
     @app.get("/health")
     async def health() -> dict[str, Any]:
@@ -218,6 +228,9 @@ def create_app(
         preset: str = Form(default=settings.preset),
         temperature: float = Form(default=0.6, ge=0.0, le=2.0),
         max_tokens: int = Form(default=settings.default_max_tokens, ge=1),
+        progress_id: str | None = Form(
+            default=None, description="8-32 hex digits; poll GET /v1/tasks/progress/{id}"
+        ),
     ) -> Any:
         if max_tokens > settings.max_tokens_limit:
             return _error(
@@ -229,6 +242,7 @@ def create_app(
         data = await file.read()
         try:
             check_upload(file.filename, data)
+            progress = progress_store.new(progress_id) if progress_id else None
         except UploadError as exc:
             return _error(exc.status, str(exc), "invalid_upload", exc.code)
         request = TaskRequest(
@@ -239,6 +253,7 @@ def create_app(
             max_tokens=max_tokens,
             timeout_s=settings.timeout_s,
         )
+        result: Any = None
         try:
             result = await admitted(
                 run_task,
@@ -249,10 +264,23 @@ def create_app(
                 data,
                 request,
                 settings.task_max_response_tokens,
+                progress,
             )
         except SpreadrlError as exc:
             return _error(422, str(exc), "invalid_request_error", "task_failed")
+        finally:
+            if progress is not None and not isinstance(result, dict):
+                progress.finish()  # refused (503) or failed: the page stops polling
         return result
+
+    @app.get("/v1/tasks/progress/{progress_id}")
+    async def task_progress(progress_id: str) -> Any:
+        record = progress_store.get(progress_id)
+        if record is None:
+            return _error(
+                404, f"no task with progress id {progress_id!r}", "not_found", "no_progress"
+            )
+        return record.snapshot()
 
     @app.get("/v1/tasks/{task_id}/output.xlsx")
     async def task_output(task_id: str) -> Any:

@@ -11,8 +11,10 @@ from __future__ import annotations
 
 import io
 import logging
+import re
 import shutil
 import threading
+import time
 import uuid
 from collections.abc import Callable
 from contextlib import AbstractContextManager
@@ -26,6 +28,7 @@ log = logging.getLogger(__name__)
 
 PoolFactory = Callable[[str], AbstractContextManager[Any]]
 MAX_CHANGED_CELLS = 500
+MAX_PROGRESS_CHARS = 2000  # of each observation in the progress view
 _ZIP_MAGIC = b"PK\x03\x04"
 
 
@@ -111,8 +114,12 @@ def run_task(
     upload: bytes,
     request: TaskRequest,
     max_response_tokens: int,
+    progress: TaskProgress | None = None,
 ) -> dict[str, Any]:
-    """Run the agent on the uploaded workbook; blocking (call it from a worker thread)."""
+    """Run the agent on the uploaded workbook; blocking (call it from a worker thread).
+
+    ``progress`` (optional) receives each tool call and its result as they happen,
+    for the page's progress view."""
     from spreadrl.data.task import CELL_LEVEL, Task, TaskCase
     from spreadrl.rollout.runner import EpisodeJob, RolloutSettings, run_episodes
     from spreadrl.rollout.types import SamplingParams
@@ -138,8 +145,14 @@ def run_task(
         episode_wall_time_s=request.timeout_s,
         keep_outputs_dir=str(folder / "out"),
     )
-    with pool_factory(request.preset) as pool:
-        batch = run_episodes(policy, pool, [EpisodeJob(task)], settings, tokenizer)
+    try:
+        with pool_factory(request.preset) as pool:
+            if progress is not None:
+                pool = ProgressPool(pool, progress)
+            batch = run_episodes(policy, pool, [EpisodeJob(task)], settings, tokenizer)
+    finally:
+        if progress is not None:
+            progress.finish()
     traj = batch.trajectories[0]
     output = store.output_path(task_id)
     changes = changed_cells(input_path, output) if output is not None else None
@@ -154,6 +167,7 @@ def run_task(
         "parse_errors": traj.parse_errors,
         "messages": traj.messages,
         "steps": steps_of(traj.messages),
+        "cell_changes": traj.metadata.get("cell_changes", {}),
         "changes": changes,
         "output_url": f"/v1/tasks/{task_id}/output.xlsx" if output is not None else None,
         "timings": {k: round(v, 4) for k, v in batch.timings.items()},
@@ -230,6 +244,97 @@ def _coord_key(coord: str) -> tuple[int, int]:
 
     col, row = coordinate_from_string(coord)
     return row, column_index_from_string(col)
+
+
+class TaskProgress:
+    """What a running task has done so far, polled by the page (``GET /v1/tasks/progress/ID``).
+
+    Events are appended from the agent loop's thread and from tool futures'
+    callbacks; reads take a copy under the lock."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._events: list[dict[str, Any]] = []
+        self._started = time.monotonic()
+        self._done = False
+
+    def call(self, call: Any) -> int:
+        with self._lock:
+            self._events.append({"call": call.to_json(), "observation": None, "ok": None})
+            return len(self._events) - 1
+
+    def result(self, index: int, result: Any) -> None:
+        with self._lock:
+            event = self._events[index]
+            event["observation"] = result.observation[:MAX_PROGRESS_CHARS]
+            event["ok"] = result.ok
+            if result.info.get("changed_cells"):
+                event["changed_cells"] = result.info["changed_cells"]
+
+    def finish(self) -> None:
+        with self._lock:
+            self._done = True
+
+    def snapshot(self) -> dict[str, Any]:
+        with self._lock:
+            return {
+                "status": "done" if self._done else "running",
+                "elapsed_s": round(time.monotonic() - self._started, 2),
+                "events": [dict(e) for e in self._events],
+            }
+
+
+class ProgressStore:
+    """Progress records by client-chosen id; only the newest ``keep`` are kept."""
+
+    ID = re.compile(r"[0-9a-f]{8,32}")
+
+    def __init__(self, keep: int = 64) -> None:
+        self.keep = keep
+        self._items: dict[str, TaskProgress] = {}
+        self._lock = threading.Lock()
+
+    def new(self, progress_id: str) -> TaskProgress:
+        if not self.ID.fullmatch(progress_id):
+            raise UploadError(
+                f"progress_id {progress_id!r} must be 8-32 lowercase hex digits",
+                422,
+                "bad_progress_id",
+            )
+        with self._lock:
+            record = self._items[progress_id] = TaskProgress()
+            while len(self._items) > self.keep:
+                self._items.pop(next(iter(self._items)))
+        return record
+
+    def get(self, progress_id: str) -> TaskProgress | None:
+        with self._lock:
+            return self._items.get(progress_id)
+
+
+class ProgressPool:
+    """An environment pool that reports each tool call and its result to a TaskProgress."""
+
+    def __init__(self, pool: Any, progress: TaskProgress) -> None:
+        self.pool = pool
+        self.progress = progress
+
+    def reset(self, episode_id: str, task: Any, case: int) -> Any:
+        return self.pool.reset(episode_id, task, case)
+
+    def step(self, episode_id: str, call: Any) -> Any:
+        index = self.progress.call(call)
+        future = self.pool.step(episode_id, call)
+
+        def done(f: Any) -> None:
+            if not f.cancelled() and f.exception() is None:
+                self.progress.result(index, f.result())
+
+        future.add_done_callback(done)
+        return future
+
+    def finish(self, episode_id: str, **kwargs: Any) -> Any:
+        return self.pool.finish(episode_id, **kwargs)
 
 
 def gym_pool_factory(workers: int) -> PoolFactory:

@@ -55,7 +55,7 @@ frame.addEventListener("load", async () => {
       report({
         status: status,
         summary: doc.getElementById("summary").textContent,
-        steps: [...doc.querySelectorAll("#steps .step")].map(s => s.textContent),
+        steps: [...doc.querySelectorAll("#steps .turn")].map(s => s.textContent),
         calls: [...doc.querySelectorAll("#steps pre.call")].map(p => p.textContent),
         changes: [...doc.querySelectorAll("#changes tbody tr")].map(r => [...r.cells].map(c => c.textContent)),
         href: link.getAttribute("href"),

@@ -51,7 +51,7 @@ const SpreadrlTrajectory = (() => {
     td.className = "changed";
     td.dataset.cell = change.cell;
     td.title = change.sheet + "!" + change.cell + ": " + show(change.before) + " \u2192 " + show(change.after);
-    const before = el("div", show(change.before) || "\u2205", "before");
+    const before = el("div", show(change.before) || "\u2205", show(change.before) ? "before" : "before empty");
     const after = el("div", show(change.after) || "\u2205", "after");
     td.append(before, after);
   }
