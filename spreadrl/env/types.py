@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from enum import StrEnum
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 if TYPE_CHECKING:
     from spreadrl.data.task import Task
@@ -124,6 +124,7 @@ class EpisodeResult:
     info: dict[str, Any] = field(default_factory=dict)
 
 
+@runtime_checkable
 class Env(Protocol):
     """What an environment offers its driver (the agent loop, serve, ``env replay``).
 
