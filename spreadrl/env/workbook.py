@@ -11,8 +11,11 @@ from __future__ import annotations
 
 import datetime as dt
 import os
+import pickle
 import re
 import tempfile
+import threading
+from collections import OrderedDict
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -100,21 +103,91 @@ def split_reference(text: str) -> tuple[str | None, str]:
     return sheet, ref.strip()
 
 
+class _ParsedInputs:
+    """Parsed task inputs kept per process, so the G episodes of a case parse it once.
+
+    A GRPO step resets G episodes on each case, and every reset used to load the
+    input .xlsx with openpyxl and save it again (tens of ms each, most of a
+    reset). The first reset of a source keeps its parsed workbook pickled and the
+    bytes of its first save; later resets unpickle a private copy (a few ms: a
+    deep copy, so episodes never share cells) and write the saved bytes. Entries
+    are keyed by path, size and mtime, so an edited source is parsed again, and
+    the least recently used go once they hold more than ``budget`` bytes.
+    """
+
+    def __init__(self, budget: int = 128 << 20, max_entry: int = 16 << 20) -> None:
+        self.budget, self.max_entry, self.used = budget, max_entry, 0
+        self.entries: OrderedDict[tuple[str, int, int], tuple[bytes, bytes]] = OrderedDict()
+        self.lock = threading.Lock()
+
+    @staticmethod
+    def key(source: Path) -> tuple[str, int, int] | None:
+        try:
+            st = os.stat(source)
+        except OSError:
+            return None  # load_workbook reports the missing file
+        return (str(Path(source).resolve()), st.st_size, st.st_mtime_ns)
+
+    def get(self, key: tuple[str, int, int] | None) -> tuple[bytes, bytes] | None:
+        if key is None:
+            return None
+        with self.lock:
+            entry = self.entries.get(key)
+            if entry is not None:
+                self.entries.move_to_end(key)
+            return entry
+
+    def put(self, key: tuple[str, int, int] | None, wb: Any, saved: Path) -> None:
+        if key is None:
+            return
+        try:
+            blob, data = pickle.dumps(wb, protocol=pickle.HIGHEST_PROTOCOL), saved.read_bytes()
+        except Exception:  # a workbook part that does not pickle: parse it per episode
+            return
+        size = len(blob) + len(data)
+        if size > self.max_entry:
+            return
+        with self.lock:
+            old = self.entries.pop(key, None)
+            self.used += size - (len(old[0]) + len(old[1]) if old else 0)
+            self.entries[key] = (blob, data)
+            while self.used > self.budget and len(self.entries) > 1:
+                _, (b, d) = self.entries.popitem(last=False)
+                self.used -= len(b) + len(d)
+
+    def clear(self) -> None:
+        with self.lock:
+            self.entries.clear()
+            self.used = 0
+
+
+PARSED_INPUTS = _ParsedInputs()
+
+
 class WorkingCopy:
     """The in-memory workbook of one episode and the file it is saved to."""
 
     def __init__(self, folder: Path, source: Path) -> None:
-        import openpyxl
-
         self.folder = Path(folder)
         self.path = self.folder / WORKBOOK_NAME
+        self.version = 0
+        self.saved_version = -1
+        key = PARSED_INPUTS.key(source)
+        cached = PARSED_INPUTS.get(key)
+        if cached is not None:
+            blob, data = cached
+            self.wb = pickle.loads(blob)
+            self.path.write_bytes(data)
+            self.saved_version = self.version
+            return
+        import openpyxl
+
         try:
             self.wb = openpyxl.load_workbook(source)
         except Exception as exc:  # openpyxl raises many types for a bad file
             raise WorkbookError(f"{source}: cannot open the task workbook ({exc})") from exc
-        self.version = 0
-        self.saved_version = -1
         self.save()
+        PARSED_INPUTS.put(key, self.wb, self.path)
 
     # ---- persistence -------------------------------------------------------
     def touch(self) -> None:
