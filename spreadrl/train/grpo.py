@@ -22,6 +22,7 @@ from spreadrl.rollout.runner import EpisodeJob, RolloutSettings, run_episodes
 from spreadrl.rollout.types import Trajectory
 from spreadrl.train.batching import Sample
 from spreadrl.train.distributed import DistInfo, all_reduce, gathered_params, rank_slice
+from spreadrl.train.held_out import eval_due, held_out_eval
 from spreadrl.train.trajectory_log import save_step_trajectories
 from spreadrl.train.update import UpdateSettings, compute_logprobs, policy_update
 
@@ -258,12 +259,18 @@ def reference_logprobs(
 
 
 def train_grpo(
-    cfg: Any, *, console: Any = None, pool: Any = None, tasks: TaskSet | None = None
+    cfg: Any,
+    *,
+    console: Any = None,
+    pool: Any = None,
+    tasks: TaskSet | None = None,
+    eval_tasks: TaskSet | None = None,
 ) -> Path:
     """Run GRPO per ``cfg`` (a spreadrl.train.config.GRPOConfig); return the final model folder.
 
     ``pool`` and ``tasks`` default to what the config names; pass them to reuse
-    an environment pool or to train on tasks built in code.
+    an environment pool or to train on tasks built in code; ``eval_tasks`` the
+    held-out set of ``eval.every_steps`` (default: ``eval.tasks``).
     """
     from rich.console import Console
 
@@ -296,6 +303,8 @@ def train_grpo(
     ckpt_args = (model, tokenizer, optimizer, scheduler)
     own_pool = pool is None
     pool = pool or make_env_pool(cfg.env, workers=cfg.rollout.concurrency).__enter__()
+    if cfg.eval.every_steps and eval_tasks is None:
+        eval_tasks = resolve_tasks(cfg.eval.tasks)
     step = start
     try:
         for step in range(start + 1, cfg.steps + 1):
@@ -351,6 +360,20 @@ def train_grpo(
             metrics["tokens_per_s"] = sum(len(t.response_ids) for t in trajs) / max(
                 metrics["step_s"], 1e-9
             )
+            if eval_tasks is not None and eval_due(cfg, step):
+                metrics.update(
+                    held_out_eval(
+                        policy,
+                        pool,
+                        tokenizer,
+                        eval_tasks,
+                        cfg,
+                        step,
+                        model=model,
+                        colocated=colocated,
+                        info=info,
+                    )
+                )
             if info.enabled:  # averages over ranks (each rank holds an equal share of groups)
                 for key in ("reward_mean", "pass_rate", "response_tokens", "tool_calls"):
                     metrics[key] = all_reduce(metrics[key]) / info.world_size
@@ -362,6 +385,11 @@ def train_grpo(
                 )
                 if step % max(1, cfg.logging.every_steps) == 0 or step == cfg.steps:
                     console.print(_step_line(step, cfg.steps, metrics))
+                if "eval/pass@1" in metrics:
+                    console.print(
+                        f"eval step {step:>4}: held-out pass@1 {100 * metrics['eval/pass@1']:.1f}% "
+                        f"over {int(metrics['eval/episodes'])} episodes ({metrics['eval_s']:.1f} s)"
+                    )
             run.maybe_save(step, *ckpt_args, {"sampler": sampler.state()})
     except KeyboardInterrupt:
         run.save_interrupted(step - 1, *ckpt_args, {"sampler": sampler.state()})

@@ -1,0 +1,65 @@
+"""The held-out eval inside the GRPO loop (eval.every_steps): runs when due, logs eval/*."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from rich.console import Console
+
+from spreadrl.config import load_config
+from spreadrl.data.task import TaskSet
+from spreadrl.train.config import GRPOConfig
+from spreadrl.train.grpo import train_grpo
+from spreadrl.train.held_out import eval_due, held_out_jobs
+from tests.rollout.fakes import FakePool, make_task
+
+
+def test_eval_due_every_n_steps_and_after_the_last():
+    cfg = load_config(GRPOConfig, None, ["steps=5", "eval.every_steps=2"])
+    assert [s for s in range(1, 6) if eval_due(cfg, s)] == [2, 4, 5]
+    off = load_config(GRPOConfig, None, ["steps=5"])
+    assert not any(eval_due(off, s) for s in range(1, 6))
+
+
+def test_held_out_jobs_take_the_first_cases_and_samples():
+    tasks = TaskSet(Path("."), [make_task()])
+    cfg = load_config(GRPOConfig, None, ["eval.samples=3", "eval.max_cases=1"])
+    jobs = held_out_jobs(tasks, cfg)
+    assert [(j.task.id, j.case, j.sample) for j in jobs] == [
+        ("t1", 1, 0),
+        ("t1", 1, 1),
+        ("t1", 1, 2),
+    ]
+
+
+@pytest.mark.slow
+def test_grpo_runs_the_held_out_eval_inside_the_loop(tiny_model_dir, tmp_path):
+    out = tmp_path / "run"
+    cfg = load_config(
+        GRPOConfig,
+        None,
+        [
+            f"model.name_or_path={tiny_model_dir}",
+            f"output_dir={out}",
+            "steps=2",
+            "device=cpu",
+            "rollout.group_size=2",
+            "rollout.prompts_per_step=1",
+            "rollout.max_turns=1",
+            "rollout.max_new_tokens_per_turn=8",
+            "rollout.max_response_tokens=16",
+            "sampling.mode=keep",
+            "env.tools=[write_range]",
+            "eval.every_steps=2",
+            "eval.samples=3",
+        ],
+    )
+    tasks = TaskSet(Path("."), [make_task()])
+    train_grpo(cfg, console=Console(quiet=True), pool=FakePool(), tasks=tasks, eval_tasks=tasks)
+    metrics = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
+    assert [m["step"] for m in metrics] == [1, 2]
+    assert "eval/pass@1" not in metrics[0]
+    assert metrics[1]["eval/episodes"] == 3 and 0.0 <= metrics[1]["eval/pass@1"] <= 1.0
+    assert metrics[1]["eval/generated_tokens"] > 0
