@@ -270,34 +270,22 @@ def run_demo(settings: DemoSettings, console: Any) -> dict[str, Any]:
 def _print_summary(
     summary: dict[str, Any], before: dict[str, Any], after: dict[str, Any], console: Any
 ) -> None:
-    from rich.table import Table
+    """One short result block, then the command to look at the run (details: summary.md)."""
+    from rich.panel import Panel
 
-    table = Table(title="Held-out pass@1, sampled at the training temperature")
-    table.add_column("family")
-    table.add_column("SFT", justify="right")
-    table.add_column("GRPO", justify="right")
-    for family in sorted(set(before["by_family"]) | set(after["by_family"])):
-        b = before["by_family"].get(family, {}).get("pass@1", float("nan"))
-        a = after["by_family"].get(family, {}).get("pass@1", float("nan"))
-        table.add_row(family, f"{100 * b:.1f}%", f"{100 * a:.1f}%")
-    table.add_row(
-        "[bold]all",
-        f"[bold]{100 * before['pass@1']:.1f}% ± {100 * before['pass@1_ci95']:.1f}",
-        f"[bold]{100 * after['pass@1']:.1f}% ± {100 * after['pass@1_ci95']:.1f}",
-    )
-    console.print(table)
-    verdict = (
-        "[green]GRPO improved on SFT[/]"
-        if summary["delta_pass@1"] - summary["delta_ci95"] > 0
-        else "[yellow]no significant change[/]"
-    )
-    console.print(
-        f"change: {100 * summary['delta_pass@1']:+.1f} points ± {100 * summary['delta_ci95']:.1f} "
-        f"(paired over {summary['paired_cases']} cases, {before['episodes']} episodes each): {verdict}"
-    )
-    console.print("time: " + ", ".join(f"{k} {v:.0f}s" for k, v in summary["timings_s"].items()))
-    for name, path in summary["artifacts"].items():
-        console.print(f"  {name}: {path}")
+    out = summary["settings"]["out"]
+    improved = summary["delta_pass@1"] - summary["delta_ci95"] > 0
+    verdict = "[green]GRPO improved on SFT[/]" if improved else "[yellow]no significant change[/]"
+    minutes = sum(summary["timings_s"].values()) / 60
+    lines = [
+        f"held-out pass@1  SFT {100 * before['pass@1']:.1f}% ± {100 * before['pass@1_ci95']:.1f}"
+        f"  ->  GRPO [bold]{100 * after['pass@1']:.1f}%[/] ± {100 * after['pass@1_ci95']:.1f}",
+        f"change {100 * summary['delta_pass@1']:+.1f} points ± {100 * summary['delta_ci95']:.1f}"
+        f" over {summary['paired_cases']} paired cases: {verdict}",
+        f"{minutes:.1f} min in all; per family and stage: {out}/summary.md",
+        f"look at the run:  [bold cyan]spreadrl view {out}[/]",
+    ]
+    console.print(Panel("\n".join(lines), title="spreadrl demo", expand=False))
 
 
 def _summary_markdown(
