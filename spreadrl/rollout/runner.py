@@ -16,7 +16,7 @@ import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import Future
 from dataclasses import dataclass, replace
-from typing import Any
+from typing import Any, cast
 
 from spreadrl.env.types import EpisodeResult
 from spreadrl.errors import ConfigError
@@ -37,6 +37,7 @@ from spreadrl.rollout.episode import (  # noqa: F401  (re-exported: the loop's p
     turn_budget,
     user_message,
 )
+from spreadrl.rollout.policy import MessagePolicy, Policy, TokenPolicy, is_token_level
 from spreadrl.rollout.streaming import run_streaming
 from spreadrl.rollout.types import PolicyTurn, Trajectory
 
@@ -52,7 +53,7 @@ class RolloutBatch:
 
 
 def run_episodes(
-    policy: Any,
+    policy: Policy,
     pool: EnvPoolLike,
     jobs: Sequence[EpisodeJob],
     settings: RolloutSettings,
@@ -61,7 +62,7 @@ def run_episodes(
     on_episode_done: Callable[[Trajectory], None] | None = None,
 ) -> RolloutBatch:
     """Run ``jobs`` to completion with ``policy`` acting in ``pool``'s environments."""
-    token_level = bool(getattr(policy, "token_level", False))
+    token_level = is_token_level(policy)
     if token_level and tokenizer is None:
         raise ValueError("a token-level policy needs the tokenizer")
     if token_level and not settings.max_context_tokens:
@@ -117,7 +118,7 @@ def run_episodes(
     return RolloutBatch([s.traj for s in states], timings)
 
 
-def context_limit(policy: Any) -> int:
+def context_limit(policy: Policy) -> int:
     """The policy's context length in tokens (0 = unknown, no limit).
 
     A policy may say it (``max_context_tokens``); a transformers model says it
@@ -131,7 +132,7 @@ def context_limit(policy: Any) -> int:
     return limit if isinstance(limit, int) and limit > 0 else 0
 
 
-def _use_episode_scheduler(policy: Any, settings: RolloutSettings, token_level: bool) -> bool:
+def _use_episode_scheduler(policy: Policy, settings: RolloutSettings, token_level: bool) -> bool:
     if settings.scheduler == "turn":
         return False
     streaming = token_level and all(
@@ -146,10 +147,11 @@ def _use_episode_scheduler(policy: Any, settings: RolloutSettings, token_level: 
 
 
 def _generate(
-    policy: Any, active: list[EpisodeState], settings: RolloutSettings, token_level: bool
+    policy: Policy, active: list[EpisodeState], settings: RolloutSettings, token_level: bool
 ) -> list[PolicyTurn]:
     if not token_level:
-        return policy.act_messages(active, settings.sampling)
+        return cast(MessagePolicy, policy).act_messages(active, settings.sampling)
+    policy = cast(TokenPolicy, policy)
     budget = max(turn_budget(s, settings) for s in active)  # one call, one budget
     if settings.max_context_tokens:  # the batch is as long as its longest context
         longest = max(len(s.context_ids) for s in active)

@@ -9,7 +9,6 @@ whole loop; everything it calls is a small function of its own.
 
 from __future__ import annotations
 
-import copy
 import logging
 import random
 import time
@@ -23,6 +22,7 @@ from spreadrl.rollout.types import Trajectory
 from spreadrl.train.batching import Sample
 from spreadrl.train.distributed import DistInfo, all_reduce, gathered_params, rank_slice
 from spreadrl.train.held_out import eval_due, held_out_eval
+from spreadrl.train.reference import Reference, build_reference
 from spreadrl.train.trajectory_log import save_step_trajectories
 from spreadrl.train.update import UpdateSettings, compute_logprobs, policy_update
 
@@ -224,38 +224,17 @@ def step_metrics(
     return out
 
 
-def build_reference(model: Any, cfg: Any) -> Any:
-    """Frozen reference for the KL term: the base with the LoRA adapter disabled, or a copy."""
-    if cfg.loss.kl_coef <= 0:
-        return None
-    if hasattr(model, "disable_adapter"):
-        return "adapter-disabled"
-    ref = copy.deepcopy(model)
-    ref.eval()
-    for p in ref.parameters():
-        p.requires_grad_(False)
-    return ref
-
-
 def reference_logprobs(
-    ref: Any, model: Any, samples: list[Sample], pad_id: int, us: UpdateSettings
+    ref: Reference, samples: list[Sample], pad_id: int, us: UpdateSettings
 ) -> list[list[float]]:
-    if ref == "adapter-disabled":
-        with model.disable_adapter():
-            return compute_logprobs(
-                model,
-                samples,
-                pad_id=pad_id,
-                micro_batch_tokens=us.micro_batch_tokens,
-                temperature=us.temperature,
-            )
-    return compute_logprobs(
-        ref,
-        samples,
-        pad_id=pad_id,
-        micro_batch_tokens=us.micro_batch_tokens,
-        temperature=us.temperature,
-    )
+    with ref.active() as module:
+        return compute_logprobs(
+            module,
+            samples,
+            pad_id=pad_id,
+            micro_batch_tokens=us.micro_batch_tokens,
+            temperature=us.temperature,
+        )
 
 
 def train_grpo(
@@ -287,8 +266,8 @@ def train_grpo(
     pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0
     ref = build_reference(model, cfg)
     shard_model(model, info)
-    if ref is not None and ref != "adapter-disabled":
-        shard_model(ref, info)
+    if ref is not None and ref.separate:
+        shard_model(ref.model, info)
     optimizer = build_optimizer(model, cfg.optim)
     us = update_settings(cfg)
     updates_per_step = us.ppo_epochs * max(1, _minibatches(cfg))
@@ -330,12 +309,10 @@ def train_grpo(
                     for sample, lp in zip(samples, old, strict=True):
                         sample.old_logprobs = lp
             if samples and ref is not None:
-                ctx = gathered_params(ref) if ref != "adapter-disabled" else gathered_params(model)
-                with ctx:
-                    for sample, lp in zip(
-                        samples, reference_logprobs(ref, model, samples, pad_id, us), strict=True
-                    ):
-                        sample.ref_logprobs = lp
+                for sample, lp in zip(
+                    samples, reference_logprobs(ref, samples, pad_id, us), strict=True
+                ):
+                    sample.ref_logprobs = lp
             timings["logprobs_s"] = time.perf_counter() - t0
             t0 = time.perf_counter()
             update = policy_update(

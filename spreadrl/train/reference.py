@@ -1,0 +1,57 @@
+"""The frozen reference policy of the KL term, as one typed object.
+
+Two shapes, one interface: a frozen deep copy of the starting model, or, when
+the policy trains LoRA adapters, the policy itself with its adapters disabled
+(the base weights never change, so no second copy is needed). The loop asks
+:meth:`Reference.active` for the module to score with and never checks which.
+"""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from spreadrl.train.config import GRPOConfig
+from spreadrl.train.distributed import gathered_params
+
+if TYPE_CHECKING:
+    import torch
+
+
+@dataclass
+class Reference:
+    """The KL reference: ``model`` is a frozen copy, or the policy when ``adapter_disabled``."""
+
+    model: torch.nn.Module
+    adapter_disabled: bool = False
+
+    @property
+    def separate(self) -> bool:
+        """Whether the reference holds weights of its own (to shard, to free)."""
+        return not self.adapter_disabled
+
+    @contextmanager
+    def active(self) -> Iterator[torch.nn.Module]:
+        """The module to compute reference log-probs with (parameters gathered)."""
+        with gathered_params(self.model):
+            if self.adapter_disabled:
+                with self.model.disable_adapter():  # type: ignore[operator]
+                    yield self.model
+            else:
+                yield self.model
+
+
+def build_reference(model: torch.nn.Module, cfg: GRPOConfig) -> Reference | None:
+    """The reference of ``loss.kl_coef`` (None when the KL term is off)."""
+    if cfg.loss.kl_coef <= 0:
+        return None
+    if hasattr(model, "disable_adapter"):  # a peft model: its base is the reference
+        return Reference(model, adapter_disabled=True)
+    ref = copy.deepcopy(model)
+    ref.eval()
+    for p in ref.parameters():
+        p.requires_grad_(False)
+    return Reference(ref)
