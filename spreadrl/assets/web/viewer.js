@@ -46,7 +46,9 @@ function chart(title, keys, rows, parent) {
   const xs = rows.map((r) => r.step);
   const data = [xs, ...keys.map((k) => rows.map((r) => (typeof r[k] === "number" ? r[k] : null)))];
   const series = [{ label: "step" }, ...keys.map((k, i) => ({ label: k, stroke: COLORS[i % COLORS.length], width: 1.5 }))];
-  new uPlot({ title: title, width: 420, height: 220, scales: { x: { time: false } }, series: series }, data, box);
+  const width = Math.max(320, box.clientWidth - 12);
+  const steps = { incrs: [1, 2, 5, 10, 20, 50, 100, 200, 500, 1000, 2000, 5000] };  // whole steps
+  new uPlot({ title: title, width: width, height: 220, scales: { x: { time: false } }, axes: [steps, {}], series: series }, data, box);
 }
 
 async function loadMetrics(run) {
