@@ -18,7 +18,7 @@ import tempfile
 import time
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from spreadrl.env.cell_changes import CellChangeTracker
 from spreadrl.env.config import EnvConfig
@@ -26,6 +26,9 @@ from spreadrl.env.tools import ToolContext, ToolError, resolve_tools
 from spreadrl.env.types import EndReason, EpisodeResult, Observation, StepResult, ToolCall
 from spreadrl.env.workbook import WorkingCopy, column_letter, render_value, truncate
 from spreadrl.errors import SpreadrlError
+
+if TYPE_CHECKING:
+    from spreadrl.data.task import Task
 
 log = logging.getLogger(__name__)
 
@@ -54,7 +57,9 @@ class SpreadsheetEnv:
         self.cell_changes = CellChangeTracker()  # what each call changed, for run viewers
 
     # ---- episode -----------------------------------------------------------
-    def reset(self, task: Any, case: int = 1, output_path: str | Path | None = None) -> Observation:
+    def reset(
+        self, task: Task, case: int = 1, output_path: str | Path | None = None
+    ) -> Observation:
         """Start an episode on ``task``'s case ``case`` (a private copy of its input)."""
         self.close()
         task_case = task.case(case)

@@ -17,7 +17,8 @@ from typing import Any
 from spreadrl.config import config_to_dict, load_config
 from spreadrl.data.task import TaskSet
 from spreadrl.eval.report import build_report
-from spreadrl.rollout.runner import EpisodeJob, RolloutSettings, run_episodes
+from spreadrl.rollout.policy import Policy
+from spreadrl.rollout.runner import EnvPoolLike, EpisodeJob, RolloutSettings, run_episodes
 from spreadrl.rollout.types import Trajectory
 from spreadrl.train.config import GRPOConfig
 
@@ -77,8 +78,8 @@ def write_json(path: Path, data: Any) -> None:
 
 def run_eval(
     tasks: TaskSet,
-    policy: Any,
-    pool: Any,
+    policy: Policy,
+    pool: EnvPoolLike,
     settings: RolloutSettings,
     out_dir: Path,
     *,

@@ -14,17 +14,23 @@ import random
 import time
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from spreadrl.data.task import TaskSet
-from spreadrl.rollout.runner import EpisodeJob, RolloutSettings, run_episodes
+from spreadrl.rollout.policy import Policy
+from spreadrl.rollout.runner import EnvPoolLike, EpisodeJob, RolloutSettings, run_episodes
 from spreadrl.rollout.types import Trajectory
 from spreadrl.train.batching import Sample
+from spreadrl.train.config import GRPOConfig, RewardConfig
 from spreadrl.train.distributed import DistInfo, all_reduce, gathered_params, rank_slice
 from spreadrl.train.held_out import eval_due, held_out_eval
 from spreadrl.train.reference import Reference, build_reference
 from spreadrl.train.trajectory_log import save_step_trajectories
 from spreadrl.train.update import UpdateSettings, compute_logprobs, policy_update
+
+if TYPE_CHECKING:
+    import torch
+    from rich.console import Console
 
 log = logging.getLogger(__name__)
 
@@ -59,13 +65,13 @@ class PromptSampler:
         self.epoch, self.position, self.order = state["epoch"], state["position"], state["order"]
 
 
-def rollout_settings(cfg: Any, seed: int) -> RolloutSettings:
+def rollout_settings(cfg: GRPOConfig, seed: int) -> RolloutSettings:
     return RolloutSettings.from_config(
         cfg.rollout, seed=seed, max_prompt_tokens=cfg.data.max_prompt_tokens
     )
 
 
-def update_settings(cfg: Any) -> UpdateSettings:
+def update_settings(cfg: GRPOConfig) -> UpdateSettings:
     loss, optim = cfg.loss, cfg.optim
     return UpdateSettings(
         clip_low=loss.clip_low,
@@ -87,7 +93,7 @@ def update_settings(cfg: Any) -> UpdateSettings:
 
 
 def score_groups(
-    trajs: list[Trajectory], group_size: int, reward_cfg: Any
+    trajs: list[Trajectory], group_size: int, reward_cfg: RewardConfig
 ) -> tuple[Any, list[dict[str, float]]]:
     """Shaped rewards as a [num_groups, G] tensor, plus each trajectory's breakdown."""
     import torch
@@ -132,12 +138,12 @@ def to_samples(
 
 
 def collect_rollouts(
-    policy: Any,
-    pool: Any,
+    policy: Policy,
+    pool: EnvPoolLike,
     tokenizer: Any,
     tasks: TaskSet,
     sampler: PromptSampler,
-    cfg: Any,
+    cfg: GRPOConfig,
     seed: int,
     info: DistInfo | None = None,
 ) -> tuple[list[Trajectory], Any, Any, list[dict[str, float]], dict[str, float]]:
@@ -238,10 +244,10 @@ def reference_logprobs(
 
 
 def train_grpo(
-    cfg: Any,
+    cfg: GRPOConfig,
     *,
-    console: Any = None,
-    pool: Any = None,
+    console: Console | None = None,
+    pool: EnvPoolLike | None = None,
     tasks: TaskSet | None = None,
     eval_tasks: TaskSet | None = None,
 ) -> Path:
@@ -378,7 +384,7 @@ def train_grpo(
     return run.finish(model, tokenizer)
 
 
-def check_rollout_backend(cfg: Any, info: DistInfo) -> None:
+def check_rollout_backend(cfg: GRPOConfig, info: DistInfo) -> None:
     """Stop at start-up, in one line, when the configured rollout backend cannot run here.
 
     There is no silent fallback: a recipe that asks for vLLM and gets the hf
@@ -404,7 +410,7 @@ def check_rollout_backend(cfg: Any, info: DistInfo) -> None:
 
 
 def build_rollout_policy(
-    cfg: Any, model: Any, tokenizer: Any, info: DistInfo, console: Any
+    cfg: GRPOConfig, model: torch.nn.Module, tokenizer: Any, info: DistInfo, console: Console
 ) -> tuple[Any, Any]:
     """The trainer's own model through transformers, or a colocated vLLM engine.
 
@@ -434,7 +440,7 @@ def build_rollout_policy(
     return HFPolicy(model, tokenizer, max_batch_size=batch), None
 
 
-def _minibatches(cfg: Any) -> int:
+def _minibatches(cfg: GRPOConfig) -> int:
     total = cfg.rollout.prompts_per_step * cfg.rollout.group_size
     size = cfg.optim.mini_batch_size or total
     return max(1, -(-total // size))

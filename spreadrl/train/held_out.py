@@ -11,12 +11,18 @@ figures go to ``metrics.jsonl`` as ``eval/*``. Kept small on purpose
 from __future__ import annotations
 
 import time
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from spreadrl.data.task import TaskSet
+from spreadrl.rollout.policy import Policy
 from spreadrl.rollout.runner import EnvPoolLike, EpisodeJob, RolloutSettings, run_episodes
 from spreadrl.train.config import GRPOConfig
 from spreadrl.train.distributed import DistInfo, all_reduce, gathered_params, rank_slice
+
+if TYPE_CHECKING:
+    import torch
+
+    from spreadrl.rollout.colocate import ColocatedRollouts
 
 
 def eval_due(cfg: GRPOConfig, step: int) -> bool:
@@ -38,15 +44,15 @@ def held_out_jobs(tasks: TaskSet, cfg: GRPOConfig) -> list[EpisodeJob]:
 
 
 def held_out_eval(
-    policy: Any,
+    policy: Policy,
     pool: EnvPoolLike,
     tokenizer: Any,
     tasks: TaskSet,
     cfg: GRPOConfig,
     step: int,
     *,
-    model: Any,
-    colocated: Any = None,
+    model: torch.nn.Module,
+    colocated: ColocatedRollouts | None = None,
     info: DistInfo | None = None,
 ) -> dict[str, float]:
     """Run the held-out episodes with the current weights; return ``eval/*`` metrics.
