@@ -114,9 +114,14 @@ class ChatFormat:
         return before.strip("\n"), after
 
     def assistant_message(self, text: str) -> dict[str, Any]:
-        """A sampled turn as a chat message: reasoning in ``reasoning_content``, as templates read it."""
+        """A sampled turn as a chat message: reasoning in ``reasoning_content``, as templates read it.
+
+        Only when the fields give back exactly ``text`` (:meth:`assistant_text`);
+        irregular markup (``<think>x</think>y``, a turn cut mid-thought) stays
+        verbatim in ``content``, where the parser still finds the reasoning.
+        """
         reasoning, content = self.split_reasoning(text)
-        if reasoning is None:
+        if reasoning is None or self.assistant_text(content, reasoning) != text:
             return {"role": "assistant", "content": text}
         return {"role": "assistant", "content": content, "reasoning_content": reasoning}
 

@@ -235,3 +235,24 @@ def test_fallback_is_used_only_without_a_template(qwen3_tokenizer):
         "name": "f",
         "arguments": {"a": 1},
     }
+
+
+def test_irregular_reasoning_stays_verbatim(qwen3_tokenizer, thinking_tokenizer):
+    for tok in (qwen3_tokenizer, thinking_tokenizer):
+        fmt = chat_format(tok)
+        regular = fmt.assistant_text("Answer.", "Plan.")
+        assert fmt.assistant_message(regular) == {
+            "role": "assistant",
+            "content": "Answer.",
+            "reasoning_content": "Plan.",
+        }
+        # saved fields always give back the sampled text; the parser still finds the reasoning
+        for text in ("<think>Plan.</think>Answer.", "Plan, cut mid-thought"):
+            message = fmt.assistant_message(text)
+            assert fmt.assistant_text(message["content"], message.get("reasoning_content")) in (
+                text,
+                fmt.assistant_text(text),
+            )
+        odd = fmt.assistant_message("<think>Plan.</think>Answer.")
+        assert odd == {"role": "assistant", "content": "<think>Plan.</think>Answer."}
+        assert parse_assistant_turn(odd["content"], fmt=fmt).reasoning == "Plan."
