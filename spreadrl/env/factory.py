@@ -32,9 +32,13 @@ def env_factory(env: EnvConfig | str | Sequence[str]) -> Callable[[], Env]:
     if settings.kind == "code":
         from spreadrl.env.code_env import CodeEnv, CodeEnvConfig
 
+        # the keys both environments share; the code env keeps its own 30 s per call
+        # (env.code_wall_time_s is the gym's code_interpreter limit)
         code_config = CodeEnvConfig(
             max_tool_calls=settings.max_tool_calls,
             max_observation_chars=settings.max_observation_chars,
+            tool_memory_mb=settings.code_memory_mb,
+            sandbox_mode=settings.sandbox_mode,
         )
         return functools.partial(CodeEnv, code_config)
     from spreadrl.env.episode import SpreadsheetEnv
