@@ -32,7 +32,7 @@ from spreadrl.rollout.parsing import parse_assistant_turn
 from spreadrl.rollout.runner import EpisodeJob, RolloutSettings, run_episodes
 from spreadrl.rollout.types import PolicyTurn
 from spreadrl.train.sft_data import encode_conversation
-from tests.rollout.fakes import FakePool, done, make_task
+from tests.rollout.fakes import SCHEMAS, FakePool, done, make_task
 
 THINKING_TEMPLATE = Path(__file__).parent / "fixtures" / "qwen3_thinking.jinja"
 IM_START, IM_END, THINK, TOOL_CALL = 151644, 151645, 151667, 151657
@@ -256,3 +256,24 @@ def test_irregular_reasoning_stays_verbatim(qwen3_tokenizer, thinking_tokenizer)
         odd = fmt.assistant_message("<think>Plan.</think>Answer.")
         assert odd == {"role": "assistant", "content": "<think>Plan.</think>Answer."}
         assert parse_assistant_turn(odd["content"], fmt=fmt).reasoning == "Plan."
+
+
+def test_serve_splits_a_thinking_models_reply(thinking_tokenizer):
+    from spreadrl.serve.agent import complete
+    from spreadrl.serve.schemas import ChatCompletionRequest
+
+    tok = thinking_tokenizer
+    fmt = chat_format(tok)
+    reply = fmt.assistant_text(
+        hermes_tool_call("write_range", {"range": "A1", "values": 42}), "Plan."
+    )
+    policy = ScriptedSampler(tok, [reply])
+    request = ChatCompletionRequest(
+        messages=[{"role": "user", "content": "Put 42 in A1."}], tools=SCHEMAS
+    )
+    done_ = complete(policy, tok, request, max_tokens=64)
+    (prompt,) = policy.contexts
+    assert prompt[-2:] == [THINK, tok.encode("\n", add_special_tokens=False)[0]]
+    assert done_.reasoning == "Plan." and done_.finish_reason == "tool_calls"
+    assert [c["function"]["name"] for c in done_.tool_calls] == ["write_range"]
+    assert json.loads(done_.tool_calls[0]["function"]["arguments"]) == {"range": "A1", "values": 42}
