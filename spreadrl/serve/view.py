@@ -57,10 +57,21 @@ def find_runs(root: Path) -> dict[str, Path]:
     return found
 
 
+_CACHE: dict[Path, tuple[int, int, list[dict[str, Any]]]] = {}
+
+
 def read_jsonl(path: Path) -> list[dict[str, Any]]:
-    """Rows of a JSONL file; a torn last line (a run still writing) is skipped."""
-    if not path.is_file():
+    """Rows of a JSONL file; a torn last line (a run still writing) is skipped.
+
+    Parsed rows are kept while the file's size and mtime stay the same: an eval's
+    trajectories.jsonl can be tens of MB and every click in the browser reads it."""
+    try:
+        stat = path.stat()
+    except OSError:
         return []
+    cached = _CACHE.get(path)
+    if cached is not None and cached[:2] == (stat.st_mtime_ns, stat.st_size):
+        return cached[2]
     rows = []
     with path.open() as fh:
         for line in fh:
@@ -71,6 +82,9 @@ def read_jsonl(path: Path) -> list[dict[str, Any]]:
                 rows.append(json.loads(line))
             except json.JSONDecodeError:
                 log.warning("%s: skipped a line that is not JSON", path)
+    if len(_CACHE) > 16:
+        _CACHE.clear()
+    _CACHE[path] = (stat.st_mtime_ns, stat.st_size, rows)
     return rows
 
 

@@ -199,3 +199,16 @@ def test_cli_view_explains_a_folder_without_runs(tmp_path):
     assert "no metrics.jsonl, trajectories.jsonl or report.json" in str(result.exception)
     result = CliRunner().invoke(app, ["view", str(tmp_path / "missing")])
     assert "not a folder" in str(result.exception)
+
+
+def test_a_run_still_writing_shows_new_rows_and_skips_a_torn_line(tmp_path):
+    run = tmp_path / "grpo"
+    run.mkdir()
+    metrics = run / "metrics.jsonl"
+    metrics.write_text('{"step": 1, "loss": 2.0}\n')
+    client = TestClient(create_view_app(tmp_path))
+    assert [r["step"] for r in client.get("/view/api/metrics?run=grpo").json()["rows"]] == [1]
+    with metrics.open("a") as fh:
+        fh.write('{"step": 2, "loss": 1.5}\n{"step": 3, "lo')
+    rows = client.get("/view/api/metrics?run=grpo").json()["rows"]
+    assert [r["step"] for r in rows] == [1, 2]
