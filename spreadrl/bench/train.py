@@ -1,10 +1,17 @@
-"""`spreadrl bench train`: SFT tokens/s, MFU, peak memory and the time split of a GRPO step.
+"""`spreadrl bench train` and `bench logprobs`: throughput, MFU and peak memory of training.
 
 SFT throughput is measured on synthetic sequences of a fixed length (no data
 needed), on any preset (``--preset 4b-shape --vocab-size 151936`` is Qwen3-4B's
 shape, for GPUs); MFU uses :mod:`spreadrl.bench.flops`. The GRPO split comes
 from a few real steps of a recipe (generation, tools, log-prob passes, update)
-read back from metrics.jsonl.
+read back from metrics.jsonl, with the peak memory of the rollout and of the
+log-prob passes + update (``rollout_peak_gb``, ``train_peak_gb``: the GPU
+allocator's peak, or the process's peak RSS on CPU).
+
+``bench logprobs`` measures one :func:`spreadrl.train.logprobs.sequence_logprobs`
+call on a narrow random Qwen3 of any vocabulary: the peak memory it adds and
+its time, with or without grad (the memory goal of the trainer: at a 151,936
+vocabulary, <= 1.0 GB for 8,192 tokens without grad, <= 1.5 GB for 4,096 with).
 """
 
 from __future__ import annotations
@@ -121,7 +128,16 @@ def bench_train(
                 json.loads(line)
                 for line in (Path(tmp) / "grpo" / "metrics.jsonl").read_text().splitlines()
             ]
-            keys = ("step_s", "generate_s", "tools_s", "logprobs_s", "update_s", "tokens_per_s")
+            keys = (
+                "step_s",
+                "generate_s",
+                "tools_s",
+                "logprobs_s",
+                "update_s",
+                "tokens_per_s",
+                "rollout_peak_gb",
+                "train_peak_gb",
+            )
             for key in keys:
                 values = [r.get(key, 0.0) for r in rows[1:] or rows]
                 table.add_row(
@@ -131,4 +147,67 @@ def bench_train(
     console.print(
         f"model {model or preset + ' random'}, device {device_name}, recipe {config}, "
         f"torch {torch.__version__}"
+    )
+
+
+def bench_logprobs(
+    tokens: int = typer.Option(8192, help="Sequence length (one sequence; all but 16 trained)."),
+    grad: bool = typer.Option(False, help="Forward + backward instead of a no-grad pass."),
+    vocab_size: int = typer.Option(151936, help="Vocabulary (151936 = Qwen3's)."),
+    hidden: int = typer.Option(64, help="Hidden size of the narrow random Qwen3."),
+    layers: int = typer.Option(2, help="Decoder layers."),
+    temperature: float = typer.Option(0.7),
+    top_k: int = typer.Option(0, help="Top-k of the sampling distribution (0 = off)."),
+    top_p: float = typer.Option(1.0, help="Top-p of the sampling distribution."),
+    entropy: bool = typer.Option(False, help="Also compute the entropy (with grad under --grad)."),
+    chunk_tokens: int = typer.Option(0, help="Tokens per chunk (0 = sized from the vocabulary)."),
+    device: str = typer.Option("cpu"),
+) -> None:
+    """Peak memory added by, and time of, one log-prob pass over a long sequence."""
+    import torch
+    from rich.console import Console
+    from transformers import Qwen3Config, Qwen3ForCausalLM
+
+    from spreadrl.train.batching import Sample, collate
+    from spreadrl.train.logprobs import sequence_logprobs
+    from spreadrl.train.memory import PeakMemory
+
+    torch.manual_seed(0)
+    heads = max(1, hidden // 16)
+    config = Qwen3Config(
+        vocab_size=vocab_size,
+        hidden_size=hidden,
+        num_hidden_layers=layers,
+        num_attention_heads=heads,
+        num_key_value_heads=max(1, heads // 2),
+        head_dim=16,
+        intermediate_size=2 * hidden,
+        tie_word_embeddings=True,
+    )
+    model = Qwen3ForCausalLM(config).to(device)
+    ids = torch.randint(0, vocab_size, (tokens,)).tolist()
+    prompt = min(16, tokens - 1)
+    batch = collate([Sample(ids, [0] * prompt + [1] * (tokens - prompt))], pad_id=0)
+    memory = PeakMemory(device)
+    memory.reset()
+    start = time.perf_counter()
+    kwargs: dict[str, Any] = dict(
+        top_k=top_k, top_p=top_p, entropy=entropy, chunk_tokens=chunk_tokens or None
+    )
+    if grad:
+        logp, ent = sequence_logprobs(model, batch, temperature, **kwargs)
+        loss = (logp * batch["loss_mask"].to(logp.device)).sum()
+        if ent is not None:
+            loss = loss + (ent * batch["loss_mask"].to(ent.device)).sum()
+        loss.backward()
+    else:
+        with torch.no_grad():
+            sequence_logprobs(model, batch, temperature, **kwargs)
+    elapsed = time.perf_counter() - start
+    added = memory.added_gb()
+    Console().print(
+        f"log-probs of {tokens} tokens ({'forward + backward' if grad else 'no grad'}), "
+        f"vocab {vocab_size}, hidden {hidden} x {layers} layers, device {device}: "
+        f"peak memory added {'n/a' if added is None else f'{added:.2f} GiB'}, "
+        f"{elapsed:.2f} s, torch {torch.__version__}"
     )

@@ -6,11 +6,12 @@ from spreadrl.bench.check import bench_check
 from spreadrl.bench.env import bench_env
 from spreadrl.bench.recalc_fidelity import bench_recalc_fidelity
 from spreadrl.bench.rollout import bench_rollout
-from spreadrl.bench.train import bench_train
+from spreadrl.bench.train import bench_logprobs, bench_train
 from spreadrl.bench.trl import bench_trl
 
 app = typer.Typer(
-    help="Benchmarks: check, env, recalc-fidelity, rollout, train.", no_args_is_help=True
+    help="Benchmarks: check, env, recalc-fidelity, rollout, train, logprobs, trl.",
+    no_args_is_help=True,
 )
 app.command("check")(bench_check)
 app.command("env")(bench_env)
@@ -18,3 +19,4 @@ app.command("recalc-fidelity")(bench_recalc_fidelity)
 app.command("rollout")(bench_rollout)
 app.command("train")(bench_train)
 app.command("trl")(bench_trl)
+app.command("logprobs")(bench_logprobs)

@@ -93,28 +93,3 @@ def collate(samples: Sequence[Sample], pad_id: int) -> dict[str, Any]:
         input_ids=input_ids, attention_mask=attention, loss_mask=loss_mask, advantages=advantages
     )
     return out
-
-
-def sequence_logprobs(
-    model: Any, batch: dict[str, Any], temperature: float = 1.0
-) -> tuple[Any, Any]:
-    """Per-target log-probs [B, T-1] of ``batch``'s own next tokens, and the logits' entropy.
-
-    Logits are divided by the sampling temperature, as the rollout engine did,
-    so ratios compare like with like.
-    """
-    import torch
-
-    device = next(model.parameters()).device
-    input_ids = batch["input_ids"].to(device)
-    logits = model(input_ids=input_ids, attention_mask=batch["attention_mask"].to(device)).logits
-    logits = logits[:, :-1].float()
-    if temperature != 1.0:
-        logits = logits / temperature
-    targets = input_ids[:, 1:]
-    logz = torch.logsumexp(logits, dim=-1)
-    logp = logits.gather(-1, targets.unsqueeze(-1)).squeeze(-1) - logz
-    with torch.no_grad():
-        probs = torch.softmax(logits, dim=-1)
-        entropy = logz - (probs * logits).sum(-1)
-    return logp, entropy

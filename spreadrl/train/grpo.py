@@ -24,6 +24,7 @@ from spreadrl.train.batching import Sample
 from spreadrl.train.config import GRPOConfig, RewardConfig
 from spreadrl.train.distributed import DistInfo, all_reduce, gathered_params, rank_slice
 from spreadrl.train.held_out import eval_due, held_out_eval
+from spreadrl.train.memory import PeakMemory
 from spreadrl.train.reference import Reference, build_reference
 from spreadrl.train.trajectory_log import save_step_trajectories
 from spreadrl.train.update import UpdateSettings, compute_logprobs, policy_update
@@ -85,6 +86,8 @@ def update_settings(cfg: GRPOConfig) -> UpdateSettings:
         tis_cap=loss.tis_cap,
         entropy_coef=loss.entropy_coef,
         temperature=cfg.rollout.temperature if cfg.rollout.temperature > 0 else 1.0,
+        top_k=cfg.rollout.top_k if cfg.rollout.temperature > 0 else 0,
+        top_p=cfg.rollout.top_p if cfg.rollout.temperature > 0 else 1.0,
         micro_batch_tokens=optim.micro_batch_tokens,
         mini_batch_size=optim.mini_batch_size,
         ppo_epochs=optim.ppo_epochs,
@@ -240,6 +243,8 @@ def reference_logprobs(
             pad_id=pad_id,
             micro_batch_tokens=us.micro_batch_tokens,
             temperature=us.temperature,
+            top_k=us.top_k,
+            top_p=us.top_p,
         )
 
 
@@ -291,9 +296,11 @@ def train_grpo(
     if cfg.eval.every_steps and eval_tasks is None:
         eval_tasks = resolve_tasks(cfg.eval.tasks)
     step = start
+    memory = PeakMemory(info.device)  # peak of the rollout, and of the log-prob passes + update
     try:
         for step in range(start + 1, cfg.steps + 1):
             t_step = time.perf_counter()
+            memory.reset()
             if colocated is not None:
                 colocated.before_rollouts(model)
             with gathered_params(model):
@@ -303,6 +310,8 @@ def train_grpo(
                 if colocated is not None:
                     colocated.after_rollouts()
                 samples = to_samples(trajs, advantages, keep, cfg.rollout.group_size)
+                timings["rollout_peak_gb"] = memory.peak_gb() or 0.0
+                memory.reset()
                 t0 = time.perf_counter()
                 if samples and (us.ppo_epochs > 1 or _minibatches(cfg) > 1):
                     old = compute_logprobs(
@@ -311,6 +320,8 @@ def train_grpo(
                         pad_id=pad_id,
                         micro_batch_tokens=us.micro_batch_tokens,
                         temperature=us.temperature,
+                        top_k=us.top_k,
+                        top_p=us.top_p,
                     )
                     for sample, lp in zip(samples, old, strict=True):
                         sample.old_logprobs = lp
@@ -332,6 +343,7 @@ def train_grpo(
                 world_size=info.world_size,
             )
             timings["update_s"] = time.perf_counter() - t0
+            timings["train_peak_gb"] = memory.peak_gb() or 0.0
             metrics = {
                 **step_metrics(trajs, parts, keep),
                 **update,

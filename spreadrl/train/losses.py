@@ -98,35 +98,3 @@ def tis_weights(old_logp: Any, rollout_logp: Any, cap: float = 2.0) -> Any:
 
     with torch.no_grad():
         return torch.clamp(torch.exp(old_logp - rollout_logp), max=cap)
-
-
-def entropy_from_logits(logits: Any) -> Any:
-    """Entropy H = logsumexp(z) - sum(softmax(z) * z) over the last dimension (nats)."""
-    import torch
-
-    logits = logits.float()
-    logz = torch.logsumexp(logits, dim=-1)
-    return logz - (torch.softmax(logits, dim=-1) * logits).sum(-1)
-
-
-def token_logprobs(logits: Any, labels: Any, chunk_rows: int | None = None) -> Any:
-    """log softmax(logits)[labels] = z[label] - logsumexp(z), float32, shape of ``labels``.
-
-    Never builds the full [..., vocab] log-softmax. With ``chunk_rows`` the
-    positions are processed that many at a time, so the float32 upcast and the
-    exp inside logsumexp cost chunk_rows x vocab memory instead of
-    tokens x vocab (useful with a 150k vocabulary and 30k-token responses).
-    """
-    import torch
-
-    if chunk_rows is None or logits.shape[:-1].numel() <= chunk_rows:
-        logits = logits.float()
-        picked = logits.gather(-1, labels.unsqueeze(-1)).squeeze(-1)
-        return picked - torch.logsumexp(logits, dim=-1)
-    flat_logits = logits.reshape(-1, logits.shape[-1])
-    flat_labels = labels.reshape(-1)
-    parts = [
-        token_logprobs(flat_logits[i : i + chunk_rows], flat_labels[i : i + chunk_rows])
-        for i in range(0, flat_labels.numel(), chunk_rows)
-    ]
-    return torch.cat(parts).reshape(labels.shape)

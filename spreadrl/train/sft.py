@@ -14,7 +14,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from spreadrl.train.batching import Sample, collate, pack_by_tokens, sequence_logprobs
+from spreadrl.train.batching import Sample, collate, pack_by_tokens
+from spreadrl.train.logprobs import sequence_logprobs
 
 
 def sft_loss_step(

@@ -12,7 +12,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from spreadrl.train.batching import Sample, collate, pack_by_tokens, sequence_logprobs
+from spreadrl.train.batching import Sample, collate, pack_by_tokens
+from spreadrl.train.logprobs import sequence_logprobs
 
 
 @dataclass(frozen=True)
@@ -28,6 +29,8 @@ class UpdateSettings:
     tis_cap: float = 2.0
     entropy_coef: float = 0.0
     temperature: float = 1.0
+    top_k: int = 0  # the rollout's top-k/top-p: log-probs are those of the sampling distribution
+    top_p: float = 1.0
     micro_batch_tokens: int = 16384
     mini_batch_size: int = 0  # sequences per optimizer step; 0 = all in one step
     ppo_epochs: int = 1
@@ -41,15 +44,20 @@ def compute_logprobs(
     pad_id: int,
     micro_batch_tokens: int,
     temperature: float,
+    top_k: int = 0,
+    top_p: float = 1.0,
 ) -> list[list[float]]:
-    """Per-target log-probs of each sample under ``model``, without keeping activations."""
+    """Per-target log-probs of each sample under ``model``, without keeping activations.
+
+    Only trained positions (mask 1) are computed; the others are 0.
+    """
     import torch
 
     out: list[list[float]] = [[] for _ in samples]
     with torch.no_grad():
         for idx in pack_by_tokens(samples, micro_batch_tokens):
             batch = collate([samples[i] for i in idx], pad_id)
-            logp, _ = sequence_logprobs(model, batch, temperature)
+            logp, _ = sequence_logprobs(model, batch, temperature, top_k=top_k, top_p=top_p)
             logp = logp.float().cpu()
             for row, i in enumerate(idx):
                 out[i] = logp[row, : len(samples[i].ids) - 1].tolist()
@@ -106,7 +114,14 @@ def policy_update(
                 real = j < len(micro)
                 chunk = [mini[i] for i in micro[j]] if real else [mini[0] if mini else filler]
                 batch = collate(chunk, pad_id)
-                logp, entropy = sequence_logprobs(model, batch, settings.temperature)
+                logp, entropy = sequence_logprobs(
+                    model,
+                    batch,
+                    settings.temperature,
+                    top_k=settings.top_k,
+                    top_p=settings.top_p,
+                    entropy=settings.entropy_coef > 0,
+                )
                 device = logp.device
                 mask = batch["loss_mask"].to(device)
                 old = batch.get("old_logprobs")
@@ -137,19 +152,16 @@ def policy_update(
                     kl_mean = masked_mean(kl, mask)
                     loss = loss + settings.kl_coef * kl_mean
                     info = {**info, "kl": float(kl_mean.detach())}
-                ent = masked_mean(entropy, mask)
-                if settings.entropy_coef:
+                if entropy is not None:  # only computed (with grad) when the bonus is on
+                    ent = masked_mean(entropy, mask)
                     loss = loss - settings.entropy_coef * ent
+                    info = {**info, "entropy": float(ent.detach())}
                 share = (
                     (sum(_trained(s) for s in chunk) if token_mean else len(chunk)) if real else 0
                 )
                 (loss * (share / max(total, 1) * world_size)).backward()
                 if real:
-                    for key, value in {
-                        **info,
-                        "loss": float(loss.detach()),
-                        "entropy": float(ent),
-                    }.items():
+                    for key, value in {**info, "loss": float(loss.detach())}.items():
                         metrics.setdefault(key, []).append(float(value))
             grad_norm = torch.nn.utils.clip_grad_norm_(params, settings.grad_clip)
             full = getattr(grad_norm, "full_tensor", None)

@@ -1,7 +1,6 @@
 import pytest
-import torch
 
-from spreadrl.train.batching import Sample, collate, pack_by_tokens, sequence_logprobs
+from spreadrl.train.batching import Sample, collate, pack_by_tokens
 
 
 def test_pack_respects_token_budget_and_keeps_every_sample():
@@ -32,23 +31,3 @@ def test_collate_aligns_mask_and_values_with_targets():
 def test_mismatched_lengths_rejected():
     with pytest.raises(ValueError):
         Sample(ids=[1, 2], mask=[1])
-
-
-class _Bigram(torch.nn.Module):
-    def __init__(self, vocab=7):
-        super().__init__()
-        self.table = torch.nn.Embedding(vocab, vocab)
-
-    def forward(self, input_ids, attention_mask=None):
-        return type("Out", (), {"logits": self.table(input_ids)})()
-
-
-def test_sequence_logprobs_match_log_softmax_with_temperature():
-    torch.manual_seed(0)
-    model = _Bigram()
-    batch = collate([Sample(ids=[1, 2, 3], mask=[0, 1, 1])], pad_id=0)
-    logp, entropy = sequence_logprobs(model, batch, temperature=2.0)
-    logits = model.table(torch.tensor([1, 2])) / 2.0
-    expected = torch.log_softmax(logits, -1)[[0, 1], [2, 3]]
-    assert torch.allclose(logp[0], expected, atol=1e-6)
-    assert (entropy > 0).all()

@@ -5,14 +5,7 @@ import math
 import pytest
 import torch
 
-from spreadrl.train.losses import (
-    entropy_from_logits,
-    kl_penalty,
-    masked_mean,
-    policy_loss,
-    tis_weights,
-    token_logprobs,
-)
+from spreadrl.train.losses import kl_penalty, masked_mean, policy_loss, tis_weights
 
 
 def _loss(ratio, adv, **kw):
@@ -124,35 +117,6 @@ def test_tis_weights_are_truncated_and_detached():
     assert not w.requires_grad
 
 
-def test_token_logprobs_equals_log_softmax_gather():
-    logits = torch.randn(2, 3, 7)
-    labels = torch.randint(0, 7, (2, 3))
-    expected = torch.log_softmax(logits, -1).gather(-1, labels.unsqueeze(-1)).squeeze(-1)
-    assert torch.allclose(token_logprobs(logits, labels), expected, atol=1e-6)
-
-
-def test_token_logprobs_chunked_matches_and_upcasts():
-    torch.manual_seed(0)
-    logits = torch.randn(3, 5, 13, requires_grad=True)
-    labels = torch.randint(0, 13, (3, 5))
-    full = token_logprobs(logits, labels)
-    chunked = token_logprobs(logits, labels, chunk_rows=4)
-    assert chunked.shape == (3, 5) and torch.allclose(full, chunked, atol=1e-6)
-    (g_full,) = torch.autograd.grad(full.sum(), logits)
-    (g_chunk,) = torch.autograd.grad(chunked.sum(), logits)
-    assert torch.allclose(g_full, g_chunk, atol=1e-6)
-    assert token_logprobs(logits.detach().bfloat16(), labels).dtype == torch.float32
-
-
-def test_entropy_from_logits():
-    uniform = torch.zeros(2, 8)
-    assert entropy_from_logits(uniform).tolist() == pytest.approx([math.log(8)] * 2)
-    # two outcomes with p = (0.75, 0.25): H = -(0.75 ln 0.75 + 0.25 ln 0.25)
-    two = torch.tensor([[math.log(3.0), 0.0]])
-    h = -(0.75 * math.log(0.75) + 0.25 * math.log(0.25))
-    assert entropy_from_logits(two).item() == pytest.approx(h, rel=1e-6)
-
-
 @pytest.mark.parametrize("sign", [1.0, -1.0])
 def test_one_step_moves_sequence_logprob_in_the_advantage_direction(sign):
     # a tiny policy: token embedding -> Linear over an 11-token vocab
@@ -163,6 +127,9 @@ def test_one_step_moves_sequence_logprob_in_the_advantage_direction(sign):
     params = list(emb.parameters()) + list(head.parameters())
     ids = torch.tensor([[1, 4, 7, 2, 9]])
     mask = torch.tensor([[1.0, 1.0, 0.0, 1.0]])  # the third target is a tool-response token
+
+    def token_logprobs(logits, labels):
+        return torch.log_softmax(logits, -1).gather(-1, labels.unsqueeze(-1)).squeeze(-1)
 
     def trained_logp():
         logp = token_logprobs(head(emb(ids[:, :-1])), ids[:, 1:])

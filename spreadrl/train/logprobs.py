@@ -1,0 +1,228 @@
+"""The one log-prob path of every training pass: trained positions only, in chunks of tokens.
+
+Old log-probs, reference log-probs, the policy update and the SFT loss all
+call :func:`sequence_logprobs`. It runs the model body once, sends only the
+hidden states of the positions that are trained (the loss mask: response
+tokens in GRPO, assistant tokens in SFT) through the output layer, and does
+the log-softmax over the vocabulary a chunk of tokens at a time. With grad,
+each chunk runs under ``torch.utils.checkpoint``: its logits are recomputed
+in backward instead of being kept. So no [tokens x vocabulary] float32 tensor
+is ever held whole; the extra memory grows with the chunk, not with the
+sequence (a 151,936-token vocabulary and 30k-token responses would otherwise
+need tens of GB).
+
+The distribution is the *sampling* distribution: logits / temperature, then
+top-k, then top-p, renormalised over the kept tokens (transformers' own
+warpers, in the order its ``generate`` and vLLM apply them). The token whose
+log-prob is asked for always counts as kept, so a token that was sampled but
+falls just outside the recomputed top-k (numerics, or a policy that moved
+during PPO epochs) gets a finite log-prob instead of -inf. Entropy (of the
+same distribution, with grad) is computed in the same chunks, only when asked
+for.
+
+Not handled: models that post-process logits after the output layer (logit
+soft-capping); their log-probs would be those of the raw logits.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Iterator
+from typing import Any
+
+# float32 logits per chunk: 2**24 values (64 MiB); at a 151,936 vocabulary that is
+# 110 tokens, at the tiny preset's few thousand it is a whole micro-batch.
+CHUNK_LOGITS = 2**24
+
+
+def chunk_tokens_for(vocab_size: int, top_p: float = 1.0) -> int:
+    """Tokens per chunk so that one chunk's float32 logits stay near ``CHUNK_LOGITS`` values.
+
+    Top-p sorts the whole vocabulary (values and int64 indices), so it gets a
+    smaller chunk.
+    """
+    budget = CHUNK_LOGITS // 4 if top_p < 1.0 else CHUNK_LOGITS
+    return max(1, budget // max(1, vocab_size))
+
+
+def process_logits(
+    scores: Any, temperature: float = 1.0, top_k: int = 0, top_p: float = 1.0
+) -> Any:
+    """Float32 logits of the sampling distribution: / temperature, then top-k, then top-p (-inf outside).
+
+    The same transformers warpers ``generate`` uses, in the same order, so the
+    trainer and the hf rollout agree on what was sampled from.
+    """
+    from transformers.generation.logits_process import TopKLogitsWarper, TopPLogitsWarper
+
+    shape = scores.shape
+    scores = scores.float().reshape(-1, shape[-1])  # the warpers work on [rows, vocab]
+    if temperature != 1.0:
+        scores = scores / temperature
+    if top_k and top_k > 0:
+        scores = TopKLogitsWarper(top_k)(None, scores)
+    if top_p < 1.0:
+        scores = TopPLogitsWarper(top_p)(None, scores)
+    return scores.reshape(shape)
+
+
+def _chunk_logprobs(
+    head: Any,
+    hidden: Any,
+    targets: Any,
+    temperature: float,
+    top_k: int,
+    top_p: float,
+    with_entropy: bool,
+) -> Any:
+    """[n] log-probs of ``targets`` (and [n] entropies, stacked as [n, 2]) for one chunk."""
+    import torch
+
+    raw = head(hidden).float() / temperature  # [n, vocab]
+    scores = process_logits(raw, 1.0, top_k, top_p) if (top_k or top_p < 1.0) else raw
+    index = targets.unsqueeze(-1)
+    if scores is not raw:  # the asked-for token always counts as kept
+        scores = scores.scatter(-1, index, raw.gather(-1, index))
+    logz = torch.logsumexp(scores, dim=-1)
+    logp = scores.gather(-1, index).squeeze(-1) - logz
+    if not with_entropy:
+        return logp
+    probs = torch.softmax(scores, dim=-1)
+    finite = scores.masked_fill(~torch.isfinite(scores), 0.0)  # p = 0 there; avoids 0 * -inf
+    entropy = logz - (probs * finite).sum(-1)
+    return torch.stack((logp, entropy), dim=-1)
+
+
+def selective_logprobs(
+    head: Any,
+    hidden: Any,
+    targets: Any,
+    *,
+    temperature: float = 1.0,
+    top_k: int = 0,
+    top_p: float = 1.0,
+    with_entropy: bool = False,
+    chunk_tokens: int | None = None,
+) -> tuple[Any, Any]:
+    """Log-probs [n] of ``targets`` [n] given ``hidden`` [n, dim] and the output layer ``head``.
+
+    Chunks of ``chunk_tokens`` rows (default: :func:`chunk_tokens_for` the
+    head's vocabulary); with grad each chunk is checkpointed. Returns
+    (logp, entropy or None), float32.
+    """
+    import torch
+    from torch.utils.checkpoint import checkpoint
+
+    vocab = getattr(head, "out_features", None) or head.weight.shape[0]
+    size = chunk_tokens or chunk_tokens_for(vocab, top_p)
+    grad = torch.is_grad_enabled() and (
+        hidden.requires_grad or any(p.requires_grad for p in head.parameters())
+    )
+    args = (temperature, top_k, top_p, with_entropy)
+    parts = []
+    for start in range(0, hidden.shape[0], size):
+        h, t = hidden[start : start + size], targets[start : start + size]
+        if grad:
+            parts.append(checkpoint(_chunk_logprobs, head, h, t, *args, use_reentrant=False))
+        else:
+            parts.append(_chunk_logprobs(head, h, t, *args))
+    if not parts:
+        out = hidden.new_zeros((0, 2) if with_entropy else (0,), dtype=torch.float32)
+    else:
+        out = torch.cat(parts)
+    if with_entropy:
+        return out[:, 0], out[:, 1]
+    return out, None
+
+
+def _selective_head(head: Any, positions: Any, targets: Any, kwargs: dict[str, Any]) -> Any:
+    """A module that stands in for the output layer during one forward and returns log-probs.
+
+    Swapping the head (rather than calling the decoder body and the head
+    separately) keeps the whole computation inside the model's own forward,
+    so FSDP's hooks gather and free the output layer's weights as usual and a
+    LoRA-wrapped head still works.
+    """
+    import torch
+
+    class SelectiveHead(torch.nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.head = head
+
+        def forward(self, hidden: Any) -> Any:  # [B, T, dim] -> [n] or [n, 2]
+            selected = hidden[:, :-1][positions]  # [n, dim]
+            logp, entropy = selective_logprobs(self.head, selected, targets, **kwargs)
+            return logp if entropy is None else torch.stack((logp, entropy), dim=-1)
+
+    return SelectiveHead()
+
+
+@contextlib.contextmanager
+def _head_swapped(model: Any, replacement: Any) -> Iterator[None]:
+    original = model.get_output_embeddings()
+    model.set_output_embeddings(replacement)
+    try:
+        yield
+    finally:
+        model.set_output_embeddings(original)
+
+
+def sequence_logprobs(
+    model: Any,
+    batch: dict[str, Any],
+    temperature: float = 1.0,
+    *,
+    top_k: int = 0,
+    top_p: float = 1.0,
+    entropy: bool = False,
+    chunk_tokens: int | None = None,
+) -> tuple[Any, Any]:
+    """Per-target log-probs [B, T-1] of ``batch``'s own next tokens; entropy [B, T-1] or None.
+
+    ``batch`` is :func:`spreadrl.train.batching.collate`'s output. Only the
+    positions where ``batch["loss_mask"]`` is nonzero are computed; the others
+    are 0 and must not be used (every loss masks them). ``temperature``,
+    ``top_k`` and ``top_p`` describe the sampling distribution the rollout
+    drew from (temperature 1, no top-k/top-p for greedy or SFT). With
+    ``entropy`` the entropy of that distribution is returned too, with grad.
+
+    Raises:
+        ValueError: the model has no output layer to stand in for.
+    """
+    import torch
+
+    if model.get_output_embeddings() is None:
+        raise ValueError(f"{type(model).__name__} has no output embeddings (lm_head) to compute on")
+    device = next(model.parameters()).device
+    input_ids = batch["input_ids"].to(device)
+    positions = batch["loss_mask"].to(device) > 0  # [B, T-1]
+    targets = input_ids[:, 1:][positions]  # [n]
+    kwargs = dict(
+        temperature=temperature if temperature > 0 else 1.0,
+        top_k=top_k,
+        top_p=top_p,
+        with_entropy=entropy,
+        chunk_tokens=chunk_tokens,
+    )
+    head = _selective_head(model.get_output_embeddings(), positions, targets, kwargs)
+    with _head_swapped(model, head):
+        out = model(
+            input_ids=input_ids,
+            attention_mask=batch["attention_mask"].to(device),
+            use_cache=False,
+        ).logits
+    shape = positions.shape
+    if entropy:
+        logp_sel, ent_sel = out[:, 0], out[:, 1]
+    else:
+        logp_sel, ent_sel = out, None
+    logp = torch.zeros(shape, dtype=torch.float32, device=device).masked_scatter(
+        positions, logp_sel
+    )
+    ent = None
+    if ent_sel is not None:
+        ent = torch.zeros(shape, dtype=torch.float32, device=device).masked_scatter(
+            positions, ent_sel
+        )
+    return logp, ent
