@@ -29,6 +29,9 @@ class DistInfo:
     world_size: int = 1
     local_rank: int = 0
     device: str = "cpu"
+    # started by torchrun: FSDP2 and the process group are used even with one process
+    # (``torchrun --nproc-per-node 1`` measures the sharded path on one GPU)
+    launched: bool = False
 
     @property
     def is_main(self) -> bool:
@@ -36,13 +39,14 @@ class DistInfo:
 
     @property
     def enabled(self) -> bool:
-        return self.world_size > 1
+        return self.world_size > 1 or self.launched
 
 
 def init_distributed(device: str) -> DistInfo:
     """Join the torchrun process group when launched by torchrun; else single process."""
     world = int(os.environ.get("WORLD_SIZE", "1"))
-    if world <= 1:
+    launched = "TORCHELASTIC_RUN_ID" in os.environ  # set by torchrun for its workers
+    if world <= 1 and not launched:
         return DistInfo(device=device)
     import torch
     import torch.distributed as dist
@@ -56,7 +60,7 @@ def init_distributed(device: str) -> DistInfo:
         device = "cpu"
     if not dist.is_initialized():
         dist.init_process_group("nccl" if use_cuda else "gloo")
-    return DistInfo(dist.get_rank(), dist.get_world_size(), local_rank, device)
+    return DistInfo(dist.get_rank(), dist.get_world_size(), local_rank, device, launched)
 
 
 def shard_model(model: Any, info: DistInfo, *, cpu_offload: bool = False) -> Any:

@@ -351,6 +351,7 @@ def train_grpo(
                 "step_s": time.perf_counter() - t_step,
                 "lr": scheduler.get_last_lr()[0],
                 "trained_sequences": len(samples),
+                "trained_tokens": sum(len(s.ids) for s in samples),
             }
             metrics["tokens_per_s"] = sum(len(t.response_ids) for t in trajs) / max(
                 metrics["step_s"], 1e-9
