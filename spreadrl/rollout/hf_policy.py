@@ -2,8 +2,13 @@
 
 Many episodes advance together: each call generates one turn for every active
 episode, left-padding their contexts into one batch; finished episodes simply
-stop being passed in. Log-probs are those of the sampling distribution
-(logits / temperature), which is what the trainer recomputes, so the hf
+stop being passed in. Contexts that are identical (the G rollouts of a group
+on their first turn) share one prefill: the prompt's KV cache is computed once
+and copied to each of them.
+
+Log-probs are those of the processed sampling distribution (temperature, then
+top-k, then top-p; see :mod:`spreadrl.rollout.sampling`), recorded step by step
+for the sampled token only, which is what the trainer recomputes, so the hf
 backend needs no importance-sampling correction.
 """
 
@@ -12,6 +17,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
+from spreadrl.rollout.sampling import SampledLogprobs
 from spreadrl.rollout.types import PolicyTurn, SamplingParams
 
 
@@ -20,10 +26,18 @@ class HFPolicy:
 
     token_level = True
 
-    def __init__(self, model: Any, tokenizer: Any, *, max_batch_size: int = 64) -> None:
+    def __init__(
+        self,
+        model: Any,
+        tokenizer: Any,
+        *,
+        max_batch_size: int = 64,
+        share_prefill: bool = True,
+    ) -> None:
         self.model = model
         self.tokenizer = tokenizer
         self.max_batch_size = max_batch_size
+        self.share_prefill = share_prefill
         self.stop_ids = stop_token_ids(tokenizer)
         self.pad_id = (
             tokenizer.pad_token_id if tokenizer.pad_token_id is not None else self.stop_ids[0]
@@ -56,35 +70,35 @@ class HFPolicy:
         if params.seed is not None:
             torch.manual_seed(params.seed)
         sample = not params.greedy
+        recorder = SampledLogprobs(
+            params.temperature if sample else 1.0,
+            params.top_k if sample else 0,
+            params.top_p if sample else 1.0,
+        )
         kwargs: dict[str, Any] = {
             "do_sample": sample,
             "max_new_tokens": params.max_new_tokens,
             "eos_token_id": self.stop_ids,
             "pad_token_id": self.pad_id,
             "return_dict_in_generate": True,
-            "output_logits": True,
+            "logits_processor": _processor_list(recorder),
+            # the recorder applies temperature, top-k and top-p; generate adds none of its own
+            "temperature": 1.0 if sample else None,
+            "top_k": 0 if sample else None,
+            "top_p": 1.0 if sample else None,
         }
-        if sample:
-            kwargs.update(
-                temperature=params.temperature, top_p=params.top_p, top_k=params.top_k or None
-            )
-        else:
-            kwargs.update(temperature=None, top_p=None, top_k=None)
         was_training = self.model.training
         self.model.eval()
+        input_ids, attention = input_ids.to(self.device), attention.to(self.device)
         with torch.no_grad():
-            out = self.model.generate(
-                input_ids=input_ids.to(self.device),
-                attention_mask=attention.to(self.device),
-                **kwargs,
-            )
+            cache = self._shared_prefill(contexts, input_ids, attention)
+            if cache is not None:
+                kwargs["past_key_values"] = cache
+            out = self.model.generate(input_ids=input_ids, attention_mask=attention, **kwargs)
         if was_training:
             self.model.train()
         new_tokens = out.sequences[:, width:].cpu()
-        logits = torch.stack(out.logits, dim=1).float().cpu()  # [batch, steps, vocab]
-        scale = params.temperature if sample else 1.0
-        logprobs = torch.log_softmax(logits / scale, dim=-1)
-        sampled_lp = logprobs.gather(-1, new_tokens.unsqueeze(-1)).squeeze(-1)
+        sampled_lp = recorder.logprobs(new_tokens)  # [batch, steps]
         turns = []
         stop = set(self.stop_ids)
         for row in range(len(contexts)):
@@ -101,6 +115,47 @@ class HFPolicy:
                 )
             )
         return turns
+
+    def _shared_prefill(
+        self, contexts: Sequence[Sequence[int]], input_ids: Any, attention: Any
+    ) -> Any:
+        """A KV cache of all but the last context token, computed once per distinct context.
+
+        None when every context differs (``generate`` then prefills as usual).
+        The cache rows are copies of the distinct contexts' rows, in batch
+        order; ``generate`` runs only the last token of each context on it.
+        """
+        import torch
+
+        first: dict[tuple[int, ...], int] = {}
+        inverse = [first.setdefault(tuple(c), len(first)) for c in contexts]
+        if not self.share_prefill or len(first) == len(contexts) or input_ids.shape[1] < 2:
+            return None
+        representative = [inverse.index(u) for u in range(len(first))]
+        ids = input_ids[representative, :-1]
+        mask = attention[representative, :-1]
+        positions = (mask.long().cumsum(-1) - 1).clamp(min=0)  # as generate does for left padding
+        out = self.model(
+            input_ids=ids,
+            attention_mask=mask,
+            position_ids=positions,
+            use_cache=True,
+            logits_to_keep=1,
+        )
+        cache = out.past_key_values
+        cache.reorder_cache(torch.tensor(inverse, device=input_ids.device))
+        return cache
+
+
+def _processor_list(recorder: SampledLogprobs) -> Any:
+    """``recorder`` as the one custom logits processor of ``generate``."""
+    from transformers import LogitsProcessor, LogitsProcessorList
+
+    class Recorder(LogitsProcessor):
+        def __call__(self, input_ids: Any, scores: Any) -> Any:
+            return recorder(input_ids, scores)
+
+    return LogitsProcessorList([Recorder()])
 
 
 def stop_token_ids(tokenizer: Any) -> list[int]:

@@ -11,9 +11,10 @@ is ever held whole; the extra memory grows with the chunk, not with the
 sequence (a 151,936-token vocabulary and 30k-token responses would otherwise
 need tens of GB).
 
-The distribution is the *sampling* distribution: logits / temperature, then
-top-k, then top-p, renormalised over the kept tokens (transformers' own
-warpers, in the order its ``generate`` and vLLM apply them). The token whose
+The distribution is the *sampling* distribution of
+:mod:`spreadrl.rollout.sampling` (logits / temperature, then top-k, then top-p,
+renormalised over the kept tokens), the one the hf rollout reports log-probs
+under. The token whose
 log-prob is asked for always counts as kept, so a token that was sampled but
 falls just outside the recomputed top-k (numerics, or a policy that moved
 during PPO epochs) gets a finite log-prob instead of -inf. Entropy (of the
@@ -30,6 +31,8 @@ import contextlib
 from collections.abc import Iterator
 from typing import Any
 
+from spreadrl.rollout.sampling import process_logits
+
 # float32 logits per chunk: 2**24 values (64 MiB); at a 151,936 vocabulary that is
 # 110 tokens, at the tiny preset's few thousand it is a whole micro-batch.
 CHUNK_LOGITS = 2**24
@@ -43,27 +46,6 @@ def chunk_tokens_for(vocab_size: int, top_p: float = 1.0) -> int:
     """
     budget = CHUNK_LOGITS // 4 if top_p < 1.0 else CHUNK_LOGITS
     return max(1, budget // max(1, vocab_size))
-
-
-def process_logits(
-    scores: Any, temperature: float = 1.0, top_k: int = 0, top_p: float = 1.0
-) -> Any:
-    """Float32 logits of the sampling distribution: / temperature, then top-k, then top-p (-inf outside).
-
-    The same transformers warpers ``generate`` uses, in the same order, so the
-    trainer and the hf rollout agree on what was sampled from.
-    """
-    from transformers.generation.logits_process import TopKLogitsWarper, TopPLogitsWarper
-
-    shape = scores.shape
-    scores = scores.float().reshape(-1, shape[-1])  # the warpers work on [rows, vocab]
-    if temperature != 1.0:
-        scores = scores / temperature
-    if top_k and top_k > 0:
-        scores = TopKLogitsWarper(top_k)(None, scores)
-    if top_p < 1.0:
-        scores = TopPLogitsWarper(top_p)(None, scores)
-    return scores.reshape(shape)
 
 
 def _chunk_logprobs(

@@ -3,8 +3,9 @@
 import pytest
 import torch
 
+from spreadrl.rollout.sampling import process_logits
 from spreadrl.train.batching import Sample, collate
-from spreadrl.train.logprobs import chunk_tokens_for, process_logits, sequence_logprobs
+from spreadrl.train.logprobs import chunk_tokens_for, sequence_logprobs
 
 
 @pytest.fixture(scope="module")
