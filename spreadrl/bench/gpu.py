@@ -10,8 +10,10 @@ one turn) on the hf backend, first in one plain process, then under
 ``torchrun --nproc-per-node 1`` where the update runs FSDP2-sharded. Each leg
 runs in its own process (a clean GPU, an out-of-memory error reported as a
 row rather than a crash) and one table compares them: generation tokens/s,
-update tokens/s and MFU against the device's bf16 peak, peak GPU memory, and
-where a step's time went. The first step is a warm-up and is left out.
+update tokens/s and MFU against the device's bf16 peak, peak memory of the
+rollout and of the update (GRPO's own ``rollout_peak_gb`` / ``train_peak_gb``:
+the GPU allocator's peak, the process's RSS on CPU), and where a step's time
+went. The first step is a warm-up and is left out.
 
 ``--smoke`` runs the same code on CPU with the tiny preset in seconds; the
 tests run it. Its figures mean nothing.
@@ -112,8 +114,6 @@ def run_leg(shape: Shape, model: str, out: Path) -> dict[str, Any]:
 
     cfg = load_config(GRPOConfig, RECIPE, grpo_overrides(shape, model, out))
     cuda = shape.device.startswith("cuda")
-    if cuda:
-        torch.cuda.reset_peak_memory_stats()
     train_grpo(cfg, console=Console(quiet=True))
     rows = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
     measured = rows[1:] or rows  # step 1 warms up kernels and the allocator
@@ -136,7 +136,9 @@ def run_leg(shape: Shape, model: str, out: Path) -> dict[str, Any]:
         "generate_tok_s": generated / max(total["generate_s"], 1e-9),
         "update_tok_s": trained / max(total["update_s"], 1e-9),
         "update_mfu": update_tflops / 1e12 / peak if peak else None,
-        "peak_gib": torch.cuda.max_memory_allocated() / 2**30 if cuda else None,
+        # the trainer's own per-phase peaks (spreadrl/train/memory.py): GPU allocator, or RSS
+        "rollout_peak_gib": max(r.get("rollout_peak_gb", 0.0) for r in rows),
+        "train_peak_gib": max(r.get("train_peak_gb", 0.0) for r in rows),
         "step_s": total["step_s"] / len(measured),
         "seq_len": seq_len,
         "split": {k: total[k] / max(total["step_s"], 1e-9) for k in _SPLIT},
@@ -237,7 +239,7 @@ def _table(results: dict[str, dict[str, Any]], table_cls: Any) -> Any:
         "gen tok/s",
         "update tok/s",
         "update MFU",
-        "peak GPU mem",
+        "peak mem: rollout / update",
         "step s",
         "mean seq",
         "gen / tools / logprobs / update",
@@ -247,7 +249,7 @@ def _table(results: dict[str, dict[str, Any]], table_cls: Any) -> Any:
             table.add_row(label, f"[red]failed: {r['error']}[/] (log: {r['log']})", *[""] * 6)
             continue
         mfu = f"{100 * r['update_mfu']:.1f}%" if r["update_mfu"] is not None else "n/a"
-        mem = f"{r['peak_gib']:.1f} GiB" if r["peak_gib"] is not None else "n/a"
+        mem = f"{r['rollout_peak_gib']:.1f} / {r['train_peak_gib']:.1f} GiB"
         split = " / ".join(f"{100 * r['split'][k]:.0f}%" for k in _SPLIT)
         table.add_row(
             label,

@@ -38,3 +38,4 @@ def test_smoke_runs_the_plain_and_the_torchrun_leg(tmp_path):
         assert leg["steps"] == 1  # the warm-up step is left out
         assert leg["generate_tok_s"] > 0 and leg["update_tok_s"] > 0
         assert 0 < sum(leg["split"].values()) <= 1.0 + 1e-6
+        assert leg["train_peak_gib"] > 0  # RSS on CPU
