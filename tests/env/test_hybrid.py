@@ -72,7 +72,7 @@ def test_untrusted_cells_lists_functions_errors_and_array_ranges(tmp_path: Path)
     reasons = untrusted_cells(model, ["Sheet"], path)
     assert reasons == {
         (0, 1, 2): "TEXT format codes",
-        (0, 3, 2): "error result #NAME?",
+        (0, 3, 2): "IronCalc could not evaluate it (#NAME?)",
         (0, 1, 4): "array formula",
         (0, 2, 4): "array formula",
     }
@@ -139,3 +139,27 @@ def test_without_libreoffice_hybrid_is_ironcalc_and_says_so_once(
     assert first.cell_engine("Sheet", 1, 2) == "ironcalc"
     warnings = [r for r in caplog.records if "not installed" in r.getMessage()]
     assert len(warnings) == 1
+
+
+def test_base_conversions_go_to_formulas_where_ironcalc_gives_the_wrong_error(
+    tmp_path: Path,
+) -> None:
+    """Excel: BIN2OCT of a letter is #NUM! (IronCalc 0.9 says #VALUE!; xlcalculator's BASES.xlsx)."""
+    pytest.importorskip(
+        "formulas", reason="the 'formulas' package (spreadrl[recalc]) is not installed"
+    )
+    wb = openpyxl.Workbook()
+    ws = wb.active
+    ws["A1"], ws["A2"], ws["A3"] = "A", "101", 7
+    ws["B1"] = "=BIN2OCT(A1)"
+    ws["B2"] = "=BIN2DEC(A2)"
+    ws["B3"] = "=DEC2BIN(A3)"  # DEC2* stays with IronCalc
+    ws["C2"] = "=B2*2"  # depends on a formulas-made value
+    wb.save(tmp_path / "b.xlsx")
+    plain = load_values(tmp_path / "b.xlsx", engine="ironcalc", recalc=True)
+    assert plain.value("Sheet", 1, 2) == "#VALUE!"
+    book = load_values(tmp_path / "b.xlsx", engine="hybrid", recalc=True)
+    assert book.value("Sheet", 1, 2) == "#NUM!" and book.cell_engine("Sheet", 1, 2) == "formulas"
+    assert book.value("Sheet", 2, 2) == 5 and book.cell_engine("Sheet", 2, 2) == "formulas"
+    assert book.value("Sheet", 3, 2) == "111" and book.cell_engine("Sheet", 3, 2) == "ironcalc"
+    assert book.value("Sheet", 2, 3) == 10

@@ -3,13 +3,15 @@
 IronCalc is fast and in process, and reproduces Excel on most cells; it is
 known to differ from Excel on a few: legacy array (CSE) formulas, YEARFRAC
 with a basis, TEXT with format codes, MATCH(..., -1), the LOOKUP forms,
-approximate VLOOKUP/HLOOKUP, and any error result (functions it lacks among
-them; measured on real Excel-saved workbooks: docs/benchmarks.md). Those cells are
-recomputed by LibreOffice (one persistent process over UNO,
-:mod:`spreadrl.env.recalc.libreoffice`); its values are written into the
-IronCalc model as constants and the model is evaluated again, so the cells
-that depend on them see the corrected values. Every cell records which
-engine produced it (``WorkbookValues.cell_engine``).
+approximate VLOOKUP/HLOOKUP, and functions it lacks or cannot evaluate
+(``#NAME?``, ``#N/IMPL!``, ``#ERROR!``); measured on real Excel-saved workbooks
+(docs/benchmarks.md). Those cells are recomputed by LibreOffice (one
+persistent process over UNO, :mod:`spreadrl.env.recalc.libreoffice`). Base
+conversions (BIN2*, OCT2*, HEX2*) go to the ``formulas`` package instead,
+which reproduces Excel there where both others do not. The second engine's
+values are written into the IronCalc model as constants and the model is
+evaluated again, so the cells that depend on them see the corrected values.
+Every cell records which engine produced it (``WorkbookValues.cell_engine``).
 
 Never a false pass: when LibreOffice fails on a cell too (its own error
 codes such as ``Err:502``), the IronCalc value stays, and an engine failure
@@ -46,6 +48,12 @@ EXCEL_ERRORS = frozenset(
         "#CALC!",
     }
 )
+# IronCalc's errors that mean "could not compute" (an unknown or unimplemented function,
+# a construct it cannot parse) rather than a verdict on the inputs. Its ordinary errors
+# (#NUM!, #VALUE!, #DIV/0!, #N/A, #REF!, #NULL!) are kept unless the formula is flagged for
+# another reason: on the development corpus LibreOffice's differing values there were never
+# Excel's (DATE and YEAR out of range), and an array formula's error is redone as an array.
+ENGINE_ERRORS = frozenset({"#NAME?", "#N/IMPL!", "#ERROR!", "#CALC!", "#SPILL!"})
 _ERROR_LIKE = re.compile(r"^#[A-Z0-9/_]+[!?]?$|^Err:\d+$")
 _STRING = re.compile(r'"(?:[^"]|"")*"')
 _NS = r"(?:\w+:)?"
@@ -79,11 +87,20 @@ def _calls(code: str, name: str) -> list[list[str]]:
     return found
 
 
+# formulas 1.3 reproduces Excel on every BIN2*/OCT2*/HEX2* cell of the development corpus,
+# where IronCalc misses 9% (#VALUE! for #NUM!) and LibreOffice more; on DEC2* it is worse
+# than IronCalc (negative numbers with places), so DEC2* stays with IronCalc.
+BASE_FUNCTIONS = re.compile(r"(?<![A-Z0-9_.])(?:BIN|OCT|HEX)2(?:BIN|OCT|DEC|HEX)\s*\(")
+BASE_REASON = "base conversion (recomputed by formulas)"
+
+
 def distrust_reason(formula: str) -> str:
     """Why IronCalc's value of ``formula`` cannot be trusted to be Excel's ('' when it can)."""
     code = _STRING.sub('""', formula.upper())
     if "(" not in code:
         return ""
+    if BASE_FUNCTIONS.search(code):
+        return BASE_REASON
     if any(len(args) >= 3 for args in _calls(code, "YEARFRAC")):
         return "YEARFRAC with a basis"
     if _calls(code, "TEXT"):
@@ -138,11 +155,17 @@ def _array_cells(path: Path, names: list[str]) -> dict[str, list[str]]:
     return ranges
 
 
-def _range_keys(index: int, ref: str) -> list[tuple[int, int, int]]:
+def _range_keys(model: Any, index: int, ref: str) -> list[tuple[int, int, int]]:
+    """The cells of an array formula's range, clipped to the sheet's used area
+    (``=First!1:1`` entered as an array spans 16,384 columns)."""
     from spreadrl.cells import range_cells
 
-    ref = ref.replace("$", "")
-    return [(index, r, c) for r, c in range_cells(ref)]
+    _, max_row, _, max_column = model.get_sheet_dimensions(index)
+    return [
+        (index, r, c)
+        for r, c in range_cells(ref.replace("$", ""))
+        if r <= max_row and c <= max_column
+    ]
 
 
 def untrusted_cells(model: Any, names: list[str], path: Path) -> dict[tuple[int, int, int], str]:
@@ -153,17 +176,17 @@ def untrusted_cells(model: Any, names: list[str], path: Path) -> dict[tuple[int,
         if formula is None:
             continue
         value = model.get_cell_value(sheet, row, column)
-        if _is_error(value):
-            reasons[(sheet, row, column)] = f"error result {value}"
-            continue
         reason = distrust_reason(formula)
+        if isinstance(value, str) and value in ENGINE_ERRORS and reason != BASE_REASON:
+            reasons[(sheet, row, column)] = f"IronCalc could not evaluate it ({value})"
+            continue
         if reason:
             reasons[(sheet, row, column)] = reason
     index = {name: i for i, name in enumerate(names)}
     for sheet_name, refs in _array_cells(path, names).items():
         if sheet_name in index:
             for ref in refs:
-                for key in _range_keys(index[sheet_name], ref):
+                for key in _range_keys(model, index[sheet_name], ref):
                     reasons[key] = "array formula"
     return reasons
 
@@ -233,11 +256,24 @@ def load_hybrid(path: Path) -> HybridResult:
         raise WorkbookError(f"{path}: cannot read workbook ({exc})") from exc
     book = HybridResult(model=model, sheet_names=names)
     reasons = untrusted_cells(model, names, path)
-    if not reasons:
-        return book
+    by_formulas = {k for k, why in reasons.items() if why == BASE_REASON}
+    lo_reasons = {k: why for k, why in reasons.items() if why != BASE_REASON}
+    if lo_reasons:
+        _libreoffice_stage(path, model, names, lo_reasons, book)
+    if by_formulas:
+        _formulas_stage(model, names, by_formulas, book)
+    return book
+
+
+def _libreoffice_stage(
+    path: Path, model: Any, names: list[str], reasons: dict, book: HybridResult
+) -> None:
+    """Recompute ``reasons``' cells with LibreOffice and write its values into ``model``."""
+    import ironcalc
+
     engine = libreoffice_or_none()
     if engine is None:
-        return book
+        return
     with tempfile.TemporaryDirectory(prefix="spreadrl-hybrid-") as tmp:
         out = Path(tmp) / "lo.xlsx"
         try:
@@ -248,7 +284,7 @@ def load_hybrid(path: Path) -> HybridResult:
             if isinstance(exc, KeyboardInterrupt | SystemExit):
                 raise
             log.warning("hybrid recalculation: LibreOffice failed on %s (%s)", path.name, exc)
-            return book
+            return
     lo_index = {name: i for i, name in enumerate(lo_names)}
     taken = 0
     for key, _reason in sorted(reasons.items()):
@@ -271,7 +307,77 @@ def load_hybrid(path: Path) -> HybridResult:
         taken += 1
     if taken:
         model.evaluate()
-    return book
+
+
+_CELL_REF = re.compile(r"^\$?([A-Z]{1,3})\$?(\d+)$")
+_formulas_cache: dict[str, Any] = {}
+
+
+def _formulas_value(value: Any) -> Any:
+    """A value of the ``formulas`` package as the checker's plain types (str, float, bool)."""
+    import numpy as np
+
+    if isinstance(value, np.ndarray):
+        value = value.ravel()[0] if value.size else None
+    if isinstance(value, np.bool_ | bool):
+        return bool(value)
+    if isinstance(value, np.integer | np.floating | int | float):
+        return float(value)
+    return None if value is None else str(value)
+
+
+def _formulas_stage(model: Any, names: list[str], keys: set, book: HybridResult) -> None:
+    """Recompute the base-conversion cells with the ``formulas`` package, cell by cell.
+
+    Its BIN2*/OCT2*/HEX2* follow Excel's argument rules (``#NUM!`` for an
+    invalid number, ``#VALUE!`` for bad places), where IronCalc and LibreOffice
+    both differ. Only formulas whose inputs are single cells of the same sheet
+    are handled; the others keep IronCalc's value. Skipped, with one warning,
+    where ``formulas`` is not installed (``pip install 'spreadrl[recalc]'``).
+    """
+    try:
+        import formulas
+        import schedula
+    except ImportError:
+        _warn_once(
+            "hybrid recalculation: the 'formulas' package is not installed, so base-conversion "
+            "functions (BIN2DEC, DEC2BIN, ...) keep IronCalc's values; pip install 'spreadrl[recalc]'"
+        )
+        return
+    import ironcalc
+
+    taken = 0
+    for key in sorted(keys):
+        sheet, row, column = key
+        formula = model.get_cell_formula(sheet, row, column)
+        if formula is None:
+            continue
+        try:
+            function = _formulas_cache.get(formula)
+            if function is None:
+                function = formulas.Parser().ast(formula)[1].compile()
+                if len(_formulas_cache) < 4096:
+                    _formulas_cache[formula] = function
+            args = []
+            for name in function.inputs:
+                match = _CELL_REF.match(str(name).upper())
+                if match is None:
+                    raise ValueError(f"input {name} is not a cell of this sheet")
+                r, c = int(match.group(2)), ironcalc.column_number_from_name(match.group(1))
+                value = model.get_cell_value(sheet, r, c)
+                args.append(schedula.EMPTY if value is None or value == "" else value)
+            value = _formulas_value(function(*args))
+        except Exception as exc:  # formulas raises many types on what it cannot compile
+            log.debug("formulas cannot evaluate %s: %s", formula, exc)
+            continue
+        if value is None:
+            continue
+        book.formulas[key] = formula
+        _write_back(model, key, value)
+        book.cell_engines[key] = "formulas"
+        taken += 1
+    if taken:
+        model.evaluate()
 
 
 class HybridEngine:
