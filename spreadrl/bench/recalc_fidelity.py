@@ -236,6 +236,15 @@ def run_fidelity(folder: Path, engines: list[str]) -> tuple[dict[str, EngineTall
     if not workbooks:
         raise SpreadrlError(f"{folder}: no .xlsx/.xlsm workbooks found")
     tallies = {engine: EngineTally(engine) for engine in engines}
+    if "hybrid" in tallies:
+        from spreadrl.env.recalc import find_soffice
+        from spreadrl.env.recalc.libreoffice import uno_python
+
+        if find_soffice() is None or uno_python() is None:
+            tallies["hybrid"].note = (
+                "LibreOffice (soffice + python3-uno) is not installed: the hybrid figure is "
+                "IronCalc (+ formulas) only"
+            )
     skipped: dict[str, str] = {}
     with tempfile.TemporaryDirectory(prefix="spreadrl-fidelity-") as tmp:
         for path in workbooks:

@@ -91,3 +91,12 @@ def test_cli_rejects_an_unknown_engine_and_an_empty_folder(tmp_path: Path) -> No
     wb.save(tmp_path / "a.txt")
     result = CliRunner().invoke(app, ["bench", "recalc-fidelity", str(tmp_path)])
     assert isinstance(result.exception, SpreadrlError) and "no .xlsx" in str(result.exception)
+
+
+def test_hybrid_without_libreoffice_says_so(monkeypatch) -> None:
+    from spreadrl.env import recalc
+
+    monkeypatch.setattr(recalc, "find_soffice", lambda: None)
+    tallies, _ = run_fidelity(SLICE, ["hybrid"])
+    assert "not installed" in tallies["hybrid"].note
+    assert tallies["hybrid"].cells > 0
