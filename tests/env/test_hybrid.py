@@ -163,3 +163,29 @@ def test_base_conversions_go_to_formulas_where_ironcalc_gives_the_wrong_error(
     assert book.value("Sheet", 2, 2) == 5 and book.cell_engine("Sheet", 2, 2) == "formulas"
     assert book.value("Sheet", 3, 2) == "111" and book.cell_engine("Sheet", 3, 2) == "ironcalc"
     assert book.value("Sheet", 2, 3) == 10
+
+
+@needs_lo
+def test_a_forked_child_starts_its_own_libreoffice_and_leaves_the_parents(tmp_path: Path) -> None:
+    import os
+
+    from spreadrl.env.recalc.libreoffice import LibreOfficeEngine
+
+    engine = LibreOfficeEngine(persistent=True)
+    path = _workbook(tmp_path / "w.xlsx")
+    engine.recalculate(path, tmp_path / "parent.xlsx")
+    parent_pid, profile = engine.server._proc.pid, engine.server._profile.name
+    child = os.fork()
+    if child == 0:  # pragma: no cover - runs in the child
+        try:
+            engine.recalculate(path, tmp_path / "child.xlsx")
+            ok = engine.server._proc.pid != parent_pid
+            engine.server.close()
+        except BaseException:
+            ok = False
+        os._exit(0 if ok else 1)
+    _, status = os.waitpid(child, 0)
+    assert os.waitstatus_to_exitcode(status) == 0
+    assert (tmp_path / "child.xlsx").is_file()
+    assert Path(profile).is_dir() and engine.server._proc.pid == parent_pid
+    engine.recalculate(path, tmp_path / "again.xlsx")  # the parent's server still answers

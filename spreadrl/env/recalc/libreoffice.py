@@ -113,7 +113,7 @@ class LibreOfficeServer:
                 if self._pid == os.getpid():
                     self.close()
                 else:  # inherited through fork: the parent's pipes are not ours to use
-                    self._proc, self._profile = None, None
+                    self._forget_parents()
                 self._start()
             assert self._proc is not None and self._proc.stdin is not None
             request = {"src": str(Path(src).resolve()), "dst": str(Path(dst).resolve())}
@@ -132,8 +132,18 @@ class LibreOfficeServer:
                     f"{src}: LibreOffice could not recalculate it ({reply.get('error')})"
                 )
 
+    def _forget_parents(self) -> None:
+        """In a forked child: drop the parent's server without touching it (its profile
+        folder must not be deleted when our copy of the handle is collected)."""
+        if self._profile is not None:
+            self._profile._finalizer.detach()
+        self._proc, self._profile = None, None
+
     def close(self) -> None:
         """Stop the helper and its soffice (the whole process group)."""
+        if self._pid != os.getpid():
+            self._forget_parents()
+            return
         proc, self._proc = self._proc, None
         if proc is not None and self._pid == os.getpid():
             try:
