@@ -199,7 +199,7 @@ def run_demo(settings: DemoSettings, console: Any) -> dict[str, Any]:
             "checkpoint.every_steps=0",  # one process, nothing to resume between checks
         ],
     )
-    sft_model = train_sft(sft_cfg, console=console, on_step=validate)
+    sft_model = train_sft(sft_cfg, console=console, on_step=validate, shared_prefix=True)
     steps, val_rate = sft_state["steps"], sft_state["val_rate"]
     stage("sft")
 

@@ -1,0 +1,75 @@
+"""SFT with a shared prefix run once: the same loss and gradients as the full padded forward."""
+
+import torch
+
+from spreadrl.train.batching import Sample
+from spreadrl.train.sft import common_untrained_prefix, sft_loss_step, train_sft
+
+
+def _samples(tok):
+    system = tok("You are a spreadsheet agent. Tools: write_range, inspect_range. " * 3)[
+        "input_ids"
+    ]
+    rows = []
+    for i, (ask, answer) in enumerate(
+        [
+            ("Sum column C.", "=SUM(C3:C20)"),
+            ("Average of B?", "=AVERAGE(B2:B9)"),
+            ("Max D", "=MAX(D:D)"),
+        ]
+    ):
+        user = tok(f" user: {ask} ({i})")["input_ids"]
+        reply = tok(f" assistant: {answer} done")["input_ids"]
+        ids = system + user + reply
+        rows.append(Sample(ids, [0] * (len(system) + len(user)) + [1] * len(reply)))
+    return rows, len(system)
+
+
+def _loss_and_grads(model, samples, pad_id, shared):
+    model.zero_grad(set_to_none=True)
+    stats = sft_loss_step(
+        model, samples, pad_id=pad_id, micro_batch_tokens=100_000, shared_prefix=shared
+    )
+    return stats, {n: p.grad.clone() for n, p in model.named_parameters() if p.grad is not None}
+
+
+def test_shared_prefix_matches_the_full_forward(tiny_model):
+    model, tok = tiny_model
+    model.train()
+    samples, system = _samples(tok)
+    prefix = common_untrained_prefix(samples)
+    assert system <= prefix < min(len(s.ids) for s in samples)  # the system prompt at least
+    assert all(1 not in s.mask[:prefix] for s in samples)
+    pad = tok.pad_token_id or 0
+    full, g_full = _loss_and_grads(model, samples, pad, shared=False)
+    fast, g_fast = _loss_and_grads(model, samples, pad, shared=True)
+    model.zero_grad(set_to_none=True)
+    assert fast["tokens"] == full["tokens"]
+    assert abs(fast["loss"] - full["loss"]) < 1e-5 * max(1.0, abs(full["loss"]))
+    assert g_fast.keys() == g_full.keys()
+    for name, grad in g_full.items():
+        torch.testing.assert_close(g_fast[name], grad, rtol=1e-4, atol=1e-6, msg=name)
+
+
+def test_no_shared_prefix_when_a_trained_token_comes_first():
+    a = Sample([5, 6, 7, 8], [0, 1, 1, 1])
+    b = Sample([5, 6, 7, 9, 9], [0, 0, 1, 1, 1])
+    assert common_untrained_prefix([a, b]) == 1  # a's first trained token is at 1
+    assert common_untrained_prefix([a]) == 0
+    c = Sample([1, 2], [0, 1])
+    assert common_untrained_prefix([Sample([1, 2, 3], [0, 0, 1]), c]) == 1  # keeps a suffix
+
+
+def test_train_sft_with_a_shared_prefix_learns_the_same(tiny_model_dir, tmp_path):
+    from rich.console import Console
+
+    from tests.train.test_sft_e2e import _cfg, _losses, _rows, _write
+
+    data = _write(tmp_path / "sft.jsonl", _rows(6))
+    quiet = Console(quiet=True)
+    train_sft(_cfg(tiny_model_dir, data, tmp_path / "full", 3), console=quiet)
+    train_sft(_cfg(tiny_model_dir, data, tmp_path / "shared", 3), console=quiet, shared_prefix=True)
+    full, shared = _losses(tmp_path / "full"), _losses(tmp_path / "shared")
+    assert len(full) == len(shared) == 3
+    for a, b in zip(full, shared, strict=True):
+        assert abs(a - b) < 1e-4 * max(1.0, abs(a))
