@@ -9,6 +9,7 @@ whole loop; everything it calls is a small function of its own.
 
 from __future__ import annotations
 
+import copy
 import logging
 import random
 import time
@@ -204,6 +205,7 @@ def collect_rollouts(
         else torch.ones(len(rewards), dtype=torch.bool)
     )
     advantages = group_advantages(rewards)
+    timings["refill_rounds"] = float(rounds - 1)  # extra rollout rounds (a metric, not a time)
     return trajs, advantages, keep, parts_all, timings
 
 
@@ -267,7 +269,7 @@ def train_grpo(
     from spreadrl.data.sources import resolve_tasks
     from spreadrl.env.factory import make_env_pool
     from spreadrl.train.distributed import shard_model
-    from spreadrl.train.setup import Run, build_optimizer, build_scheduler
+    from spreadrl.train.setup import DeferredInterrupt, Run, build_optimizer, build_scheduler
 
     console = console or Console()
     run = Run(cfg, console, seed_per_rank=True)
@@ -295,8 +297,10 @@ def train_grpo(
     pool = pool or make_env_pool(cfg.env, workers=cfg.rollout.concurrency).__enter__()
     if cfg.eval.every_steps and eval_tasks is None:
         eval_tasks = resolve_tasks(cfg.eval.tasks)
-    step = start
     memory = PeakMemory(info.device)  # peak of the rollout, and of the log-prob passes + update
+    # what Ctrl-C saves: the last whole step and the prompt order as it stood after it
+    completed, sampler_after = start, copy.deepcopy(sampler.state())
+    interrupts = DeferredInterrupt()
     try:
         for step in range(start + 1, cfg.steps + 1):
             t_step = time.perf_counter()
@@ -331,6 +335,7 @@ def train_grpo(
                 ):
                     sample.ref_logprobs = lp
             timings["logprobs_s"] = time.perf_counter() - t0
+            interrupts.hold()  # the update, its metrics and checkpoint finish together
             t0 = time.perf_counter()
             update = policy_update(
                 model,
@@ -387,11 +392,14 @@ def train_grpo(
                         f"over {int(metrics['eval/episodes'])} episodes ({metrics['eval_s']:.1f} s)"
                     )
             run.maybe_save(step, *ckpt_args, {"sampler": sampler.state()})
+            completed, sampler_after = step, copy.deepcopy(sampler.state())
+            interrupts.release()
     except KeyboardInterrupt:
-        run.save_interrupted(step - 1, *ckpt_args, {"sampler": sampler.state()})
+        run.save_interrupted(completed, *ckpt_args, {"sampler": sampler_after})
         run.metrics.close()
         raise
     finally:
+        interrupts.release(raise_pending=False)
         if own_pool:
             pool.__exit__(None, None, None)
     return run.finish(model, tokenizer)

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import math
 import random
+import signal
+import threading
 from pathlib import Path
 from typing import Any
 
@@ -96,6 +98,41 @@ def build_scheduler(optimizer: Any, optim_cfg: Any, total_steps: int) -> Any:
         return 0.5 * (1.0 + math.cos(math.pi * progress))
 
     return torch.optim.lr_scheduler.LambdaLR(optimizer, factor)
+
+
+class DeferredInterrupt:
+    """Holds Ctrl-C (SIGINT) between ``hold()`` and ``release()``, then raises it.
+
+    The recipes hold it over each step's weight update, metrics line and
+    checkpoint: an interrupt that lands there lets the step finish, so the
+    checkpoint written on Ctrl-C is always a whole step (weights, optimizer and
+    data position agreeing), never weights halfway through a step's mini-batches
+    labelled as the step before. Outside the main thread (where Python cannot
+    handle signals) it does nothing.
+    """
+
+    def __init__(self) -> None:
+        self.caught = False
+        self.held = False
+        self.previous: Any = None
+
+    def hold(self) -> None:
+        if self.held or threading.current_thread() is not threading.main_thread():
+            return
+        self.previous = signal.signal(signal.SIGINT, self._catch)
+        self.held = True
+
+    def _catch(self, signum: int, frame: Any) -> None:
+        self.caught = True
+
+    def release(self, *, raise_pending: bool = True) -> None:
+        """Give Ctrl-C back; raise KeyboardInterrupt now if one came while held."""
+        if self.held:
+            signal.signal(signal.SIGINT, self.previous or signal.default_int_handler)
+            self.held = False
+        if self.caught and raise_pending:
+            self.caught = False
+            raise KeyboardInterrupt
 
 
 class Run:

@@ -188,7 +188,7 @@ def train_sft(
     from rich.console import Console
 
     from spreadrl.train.distributed import rank_slice, shard_model
-    from spreadrl.train.setup import Run, build_optimizer, build_scheduler
+    from spreadrl.train.setup import DeferredInterrupt, Run, build_optimizer, build_scheduler
     from spreadrl.train.sft_data import load_sft_dataset
 
     console = console or Console()
@@ -214,7 +214,9 @@ def train_sft(
     ckpt_args = (model, tokenizer, optimizer, scheduler)
     params = [p for p in model.parameters() if p.requires_grad]
     model.train()
-    step = start
+    # what Ctrl-C saves: the last whole step and the data position right after it
+    completed, order_after = start, order.state()
+    interrupts = DeferredInterrupt()
     try:
         for step in range(start + 1, steps + 1):
             t0 = time.perf_counter()
@@ -230,6 +232,7 @@ def train_sft(
             )
             norm = torch.nn.utils.clip_grad_norm_(params, cfg.optim.grad_clip)
             grad_norm = float(norm.full_tensor() if hasattr(norm, "full_tensor") else norm)
+            interrupts.hold()  # the weight update, its metrics and checkpoint finish together
             optimizer.step()
             scheduler.step()
             elapsed = time.perf_counter() - t0
@@ -252,13 +255,17 @@ def train_sft(
                     f"{metrics['tokens_per_s']:.0f} tok/s"
                 )
             run.maybe_save(step, *ckpt_args, {"order": order.state()})
+            completed, order_after = step, order.state()
+            interrupts.release()
             if on_step is not None:
                 stop = on_step(step, model, tokenizer)
                 model.train()  # the hook may have switched to eval mode to sample
                 if stop:
                     break
     except KeyboardInterrupt:
-        run.save_interrupted(step - 1, *ckpt_args, {"order": order.state()})
+        run.save_interrupted(completed, *ckpt_args, {"order": order_after})
         run.metrics.close()
         raise
+    finally:
+        interrupts.release(raise_pending=False)
     return run.finish(model, tokenizer)
