@@ -3,8 +3,9 @@
 Each test trains the tiny Qwen3 for one or two steps against a fake environment
 and checks what the option must do, not only that the run finishes: the
 reference log-probs are the step-0 policy's, the TIS weights scale the gradient,
-constant groups are dropped or refilled, the second PPO pass clips, LoRA moves
-only the adapters and merges to a plain model. Internals are observed by wrapping
+constant groups are dropped or refilled, the second PPO pass clips, a nonzero
+entropy bonus changes the gradient, LoRA moves only the adapters and merges to a
+plain model. Internals are observed by wrapping
 the functions the recipe calls (``policy_update``, ``policy_loss``), never by
 replacing what they compute.
 """
@@ -243,6 +244,24 @@ def test_second_ppo_pass_over_two_minibatches_clips(tiny_model_dir, tmp_path, mo
     assert first[0]["ratio_mean"] == pytest.approx(1.0, abs=1e-5)
     assert first[0]["clip_frac_low"] == first[0]["clip_frac_high"] == 0.0
     assert sum(c["clip_frac_low"] + c["clip_frac_high"] for c in second) > 0
+
+
+# --- entropy bonus ------------------------------------------------------------------------
+
+
+@pytest.mark.slow
+def test_entropy_bonus_changes_the_gradient(tiny_model_dir, tmp_path):
+    # every group constant ("flat" always passes) and kept: advantages are all 0, so the
+    # policy term has no gradient and whatever moves the weights is the entropy bonus
+    for coef in (0.0, 0.5):
+        out = tmp_path / f"ent{coef}"
+        cfg = _cfg(tiny_model_dir, out, extra=[f"loss.entropy_coef={coef}"])
+        train_grpo(cfg, console=QUIET, pool=ScriptedRewardPool(flat={"flat"}), tasks=_tasks("flat"))
+        grad_norm = _metrics(out)[0]["grad_norm"]
+        if coef == 0:
+            assert grad_norm == 0.0
+        else:
+            assert grad_norm > 1e-6
 
 
 # --- LoRA ---------------------------------------------------------------------------------

@@ -24,7 +24,7 @@ from spreadrl.train.config import GRPOConfig
 from spreadrl.train.grpo import train_grpo
 
 REPO = Path(__file__).resolve().parents[2]
-COMPARED = ("reward_mean", "pass_rate", "response_tokens", "loss", "grad_norm", "kl", "entropy")
+COMPARED = ("reward_mean", "pass_rate", "response_tokens", "loss", "grad_norm", "kl")
 
 
 def _overrides(model_dir, out, steps):
