@@ -48,7 +48,7 @@ function chart(title, keys, rows, parent) {
   const series = [{ label: "step" }, ...keys.map((k, i) => ({ label: k, stroke: COLORS[i % COLORS.length], width: 1.5 }))];
   const width = Math.max(320, box.clientWidth - 12);
   const steps = { incrs: [1, 2, 5, 10, 20, 50, 100, 200, 500, 1000, 2000, 5000] };  // whole steps
-  new uPlot({ title: title, width: width, height: 220, scales: { x: { time: false } }, axes: [steps, {}], series: series }, data, box);
+  new uPlot({ title: title, width: width, height: 220, scales: { x: { time: false } }, axes: [steps, { size: 64 }], series: series }, data, box);
 }
 
 async function loadMetrics(run) {
@@ -211,7 +211,8 @@ async function main() {
   fillSelect($("metrics-run"), metricRuns, false);
   fillSelect($("report-a"), reportRuns, true);
   fillSelect($("report-b"), reportRuns, true);
-  if (reportRuns.length) $("report-a").value = reportRuns[0];
+  // the two newest reports, older as A: the demo's eval before and after RL
+  if (reportRuns.length) $("report-a").value = reportRuns[Math.max(0, reportRuns.length - 2)];
   if (reportRuns.length > 1) $("report-b").value = reportRuns[reportRuns.length - 1];
   fillSelect($("traj-run"), trajRuns, false);
   const grpo = metricRuns.find((n) => trajRuns.includes(n));  // a training run with samples
