@@ -96,3 +96,14 @@ def test_eval_without_a_recipe_uses_the_training_defaults(tmp_path):
         settings.max_tool_response_tokens,
         settings.sampling.max_new_tokens,
     ) == (defaults.max_turns, defaults.max_tool_response_tokens, defaults.max_new_tokens_per_turn)
+
+
+def test_eval_compare_still_dispatches_beside_the_overrides(tmp_path):
+    """`spreadrl eval compare A B` shares the group with `eval [overrides]`."""
+    for name, rate in (("a", 0.5), ("b", 1.0)):
+        (tmp_path / name).mkdir()
+        report = {"pass@1": rate, "soft": rate, "hard": rate, "per_case": {"t1/1": rate}}
+        (tmp_path / name / "report.json").write_text(json.dumps(report))
+    result = runner.invoke(app, ["eval", "compare", str(tmp_path / "a"), str(tmp_path / "b")])
+    assert result.exit_code == 0, result.output
+    assert "improved cases: 1" in result.output
