@@ -10,6 +10,11 @@ Log-probs are those of the processed sampling distribution (temperature, then
 top-k, then top-p; see :mod:`spreadrl.rollout.sampling`), recorded step by step
 for the sampled token only, which is what the trainer recomputes, so the hf
 backend needs no importance-sampling correction.
+
+Given a seed per context (``act(..., seeds=...)``, which the rollout runner
+passes), each row draws from its own random stream, so an episode's tokens do
+not depend on which other episodes share its batch: two torchrun ranks rolling
+out halves of a step sample what one process sampling all of it does.
 """
 
 from __future__ import annotations
@@ -25,6 +30,7 @@ class HFPolicy:
     """Generate assistant turns with a transformers causal LM."""
 
     token_level = True
+    seeds_per_context = True  # act() takes one sampling seed per context
 
     def __init__(
         self,
@@ -47,15 +53,30 @@ class HFPolicy:
     def device(self) -> Any:
         return next(self.model.parameters()).device
 
-    def act(self, contexts: Sequence[Sequence[int]], params: SamplingParams) -> list[PolicyTurn]:
-        """One turn for each context (a full token history ending in the assistant header)."""
+    def act(
+        self,
+        contexts: Sequence[Sequence[int]],
+        params: SamplingParams,
+        *,
+        seeds: Sequence[int | None] | None = None,
+    ) -> list[PolicyTurn]:
+        """One turn for each context (a full token history ending in the assistant header).
+
+        With ``seeds`` (one per context) each row samples from its own generator
+        seeded so; otherwise the batch shares one stream seeded by ``params.seed``.
+        """
         turns: list[PolicyTurn] = []
         for start in range(0, len(contexts), self.max_batch_size):
-            turns.extend(self._generate(contexts[start : start + self.max_batch_size], params))
+            end = start + self.max_batch_size
+            rows = seeds[start:end] if seeds is not None else None
+            turns.extend(self._generate(contexts[start:end], params, rows))
         return turns
 
     def _generate(
-        self, contexts: Sequence[Sequence[int]], params: SamplingParams
+        self,
+        contexts: Sequence[Sequence[int]],
+        params: SamplingParams,
+        seeds: Sequence[int | None] | None = None,
     ) -> list[PolicyTurn]:
         import torch
 
@@ -87,6 +108,11 @@ class HFPolicy:
             "top_k": 0 if sample else None,
             "top_p": 1.0 if sample else None,
         }
+        if sample and seeds is not None and all(s is not None for s in seeds):
+            # each row draws in its own processor stream, after the recorder's processing;
+            # generate then takes the one token left standing (greedy, no shared stream)
+            kwargs["logits_processor"].append(_row_sampler([int(s) for s in seeds]))  # type: ignore[arg-type]
+            kwargs.update(do_sample=False, temperature=None, top_k=None, top_p=None)
         was_training = self.model.training
         self.model.eval()
         input_ids, attention = input_ids.to(self.device), attention.to(self.device)
@@ -156,6 +182,27 @@ def _processor_list(recorder: SampledLogprobs) -> Any:
             return recorder(input_ids, scores)
 
     return LogitsProcessorList([Recorder()])
+
+
+def _row_sampler(seeds: Sequence[int]) -> Any:
+    """A logits processor that draws row i's token from the (processed) distribution with a
+    generator seeded ``seeds[i]`` and leaves only that token possible."""
+    import torch
+    from transformers import LogitsProcessor
+
+    generators = [torch.Generator().manual_seed(s) for s in seeds]
+
+    class RowSampler(LogitsProcessor):
+        def __call__(self, input_ids: Any, scores: Any) -> Any:
+            probs = torch.softmax(scores.float(), dim=-1).cpu()
+            picks = torch.cat(
+                [torch.multinomial(probs[i], 1, generator=g) for i, g in enumerate(generators)]
+            ).to(scores.device)
+            out = torch.full_like(scores, float("-inf"))
+            out[torch.arange(len(picks), device=scores.device), picks] = 0.0
+            return out
+
+    return RowSampler()
 
 
 def stop_token_ids(tokenizer: Any) -> list[int]:

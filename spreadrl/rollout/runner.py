@@ -39,7 +39,7 @@ from spreadrl.rollout.episode import (  # noqa: F401  (re-exported: the loop's p
 )
 from spreadrl.rollout.policy import MessagePolicy, Policy, TokenPolicy, is_token_level
 from spreadrl.rollout.streaming import run_streaming
-from spreadrl.rollout.types import PolicyTurn, Trajectory
+from spreadrl.rollout.types import PolicyTurn, Trajectory, derive_seed
 
 log = logging.getLogger(__name__)
 
@@ -156,8 +156,15 @@ def _generate(
     if settings.max_context_tokens:  # the batch is as long as its longest context
         longest = max(len(s.context_ids) for s in active)
         budget = max(1, min(budget, settings.max_context_tokens - longest))
-    turns = policy.act(
-        [s.context_ids for s in active], replace(settings.sampling, max_new_tokens=budget)
-    )
+    contexts = [s.context_ids for s in active]
+    params = replace(settings.sampling, max_new_tokens=budget)
+    if getattr(policy, "seeds_per_context", False):
+        # keyed like the episode scheduler's requests: an episode's samples do not
+        # depend on which episodes share the batch (or the rank, under torchrun)
+        keys = [f"{s.job.episode_id}#{s.turns_taken}" for s in active]
+        seeds = [derive_seed(params.seed, k) for k in keys]
+        turns = policy.act(contexts, params, seeds=seeds)  # type: ignore[call-arg]
+    else:
+        turns = policy.act(contexts, params)
     rooms = [episode_room(s, settings) for s in active]
     return [clip_turn(turn, room) for turn, room in zip(turns, rooms, strict=True)]

@@ -176,9 +176,11 @@ def collect_rollouts(
         count = want if rounds == 0 else want - _useful(rewards_list)
         prompts = rank_slice(sampler.next(count * info.world_size), info)
         # a step may draw the same task twice (small sets, epoch boundaries): sample
-        # numbers stay unique so every episode has its own id in the pool
+        # numbers stay unique so every episode has its own id in the pool. They count
+        # prompts over all ranks (rank_slice is strided), so an episode keeps its id,
+        # and with it its sampling seed, whatever the world size.
         jobs = [
-            EpisodeJob(tasks.get(tid), case, i * G + g)
+            EpisodeJob(tasks.get(tid), case, (i * info.world_size + info.rank) * G + g)
             for i, (tid, case) in enumerate(prompts)
             for g in range(G)
         ]
@@ -248,6 +250,55 @@ def reference_logprobs(
             top_k=us.top_k,
             top_p=us.top_p,
         )
+
+
+# step metrics that are means over the step's trajectories, counts that add up over
+# ranks, and means over the update's micro-batches (present on ranks that trained)
+_PER_TRAJECTORY = (
+    "reward_mean",
+    "pass_rate",
+    "response_tokens",
+    "generated_tokens",
+    "tool_calls",
+    "parse_errors",
+)
+_COUNTS = ("groups", "groups_kept", "trained_sequences", "prompt_too_long", "tokens_per_s")
+_UPDATE = (
+    "loss",
+    "kl",
+    "entropy",
+    "clip_frac_low",
+    "clip_frac_high",
+    "approx_kl",
+    "ratio_mean",
+)
+
+
+def reduce_over_ranks(metrics: dict[str, float], trajectories: int) -> dict[str, float]:
+    """The step's metrics over all ranks, so rank 0 logs the whole step, not its share.
+
+    Trajectory means are weighted by each rank's trajectory count (refill rounds can
+    differ between ranks), counts are summed, the update's figures are averaged over
+    the ranks that trained (a mean of micro-batch means, not the single-process
+    figure), refill rounds and peak memory are the most of any rank; grad_norm is
+    already global under FSDP and timings stay rank 0's. Every rank reduces the same
+    keys in the same order (a key missing on one rank must not hang the others)."""
+    out = dict(metrics)
+    reward_keys = sorted(k for k in metrics if k.startswith("reward/"))
+    total = all_reduce(float(trajectories))
+    for key in (*_PER_TRAJECTORY, *reward_keys):
+        out[key] = all_reduce(metrics.get(key, 0.0) * trajectories) / max(total, 1.0)
+    for key in _COUNTS:
+        out[key] = all_reduce(metrics.get(key, 0.0))
+    for key in _UPDATE:
+        count = all_reduce(float(key in metrics))
+        value = all_reduce(metrics.get(key, 0.0))
+        if count:
+            out[key] = value / count
+    for key in ("refill_rounds", "rollout_peak_gb", "train_peak_gb"):  # set on every rank
+        if key in metrics:
+            out[key] = all_reduce(metrics[key], op="max")
+    return out
 
 
 def train_grpo(
@@ -375,10 +426,8 @@ def train_grpo(
                         info=info,
                     )
                 )
-            if info.enabled:  # averages over ranks (each rank holds an equal share of groups)
-                for key in ("reward_mean", "pass_rate", "response_tokens", "tool_calls"):
-                    metrics[key] = all_reduce(metrics[key]) / info.world_size
-                metrics["tokens_per_s"] = all_reduce(metrics["tokens_per_s"])
+            if info.enabled:
+                metrics = reduce_over_ranks(metrics, len(trajs))
             if info.is_main:
                 run.metrics.log(step, metrics)
                 save_step_trajectories(
