@@ -194,6 +194,8 @@ def merge_lora(
     import torch
     from peft import PeftModel
 
+    from spreadrl.train.setup import peft_wrapping
+
     out_dtype = _torch_dtype(dtype)
     adapter = Path(adapter).expanduser()
     if not adapter.is_dir():
@@ -210,7 +212,8 @@ def merge_lora(
     try:
         model = _load_full(source, torch.float32)
         try:
-            peft_model = PeftModel.from_pretrained(model, str(adapter))
+            with peft_wrapping():
+                peft_model = PeftModel.from_pretrained(model, str(adapter))
         except (OSError, ValueError, KeyError, RuntimeError) as exc:
             raise SpreadrlError(f"{adapter}: cannot apply the adapter to {source}: {exc}") from exc
         merged = peft_model.merge_and_unload()

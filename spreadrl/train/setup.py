@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import contextlib
 import math
 import random
 import signal
 import threading
+import warnings
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -49,21 +52,53 @@ def build_model(model_cfg: Any, device: str, *, path: str | None = None) -> tupl
         from peft import LoraConfig, get_peft_model
 
         targets = list(lora.target_modules) or ["q_proj", "k_proj", "v_proj", "o_proj"]
-        model = get_peft_model(
-            model,
-            LoraConfig(
-                r=lora.r,
-                lora_alpha=lora.alpha,
-                lora_dropout=lora.dropout,
-                target_modules=targets,
-                task_type="CAUSAL_LM",
-            ),
-        )
+        with peft_wrapping():
+            model = get_peft_model(
+                model,
+                LoraConfig(
+                    r=lora.r,
+                    lora_alpha=lora.alpha,
+                    lora_dropout=lora.dropout,
+                    target_modules=targets,
+                    task_type="CAUSAL_LM",
+                ),
+            )
     if getattr(model_cfg, "gradient_checkpointing", False):
-        model.gradient_checkpointing_enable()
+        enable_activation_checkpointing(model)
         if hasattr(model, "enable_input_require_grads"):
             model.enable_input_require_grads()
     return model, tokenizer
+
+
+@contextlib.contextmanager
+def peft_wrapping() -> Iterator[None]:
+    """Wrap a model with peft without its transformers-5 deprecation warning.
+
+    peft 0.21.2 (the newest release) reads ``model.is_gradient_checkpointing`` in
+    ``PeftModel.__init__``, a name transformers 5 deprecated with a FutureWarning.
+    The call is peft's, so no argument of ours avoids it: this ignores that one
+    message, only while peft builds the wrapper. Drop it once peft reads
+    ``is_activation_checkpointing``.
+    """
+    with warnings.catch_warnings():
+        warnings.filterwarnings(
+            "ignore", message="`is_gradient_checkpointing` is deprecated", category=FutureWarning
+        )
+        yield
+
+
+def enable_activation_checkpointing(model: Any) -> None:
+    """Turn on activation (gradient) checkpointing under the name this transformers uses.
+
+    transformers 5 renamed ``gradient_checkpointing_enable`` to
+    ``activation_checkpointing_enable`` and made the old name warn (FutureWarning,
+    removal in v6); the project still supports transformers 4.56, which has only
+    the old name. A PEFT model forwards both names to its base model.
+    """
+    enable = getattr(model, "activation_checkpointing_enable", None)
+    if enable is None:  # transformers < 5
+        enable = model.gradient_checkpointing_enable
+    enable()
 
 
 def build_optimizer(model: Any, optim_cfg: Any) -> Any:

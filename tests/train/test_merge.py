@@ -81,9 +81,12 @@ def base_dir(tmp_path_factory, tokenizer):
 def _peft_model(base_dir, seed: int = 1):
     from peft import LoraConfig, get_peft_model
 
+    from spreadrl.train.setup import peft_wrapping
+
     model = AutoModelForCausalLM.from_pretrained(base_dir, dtype=torch.float32)
     targets = ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]
-    peft_model = get_peft_model(model, LoraConfig(r=4, lora_alpha=8, target_modules=targets))
+    with peft_wrapping():
+        peft_model = get_peft_model(model, LoraConfig(r=4, lora_alpha=8, target_modules=targets))
     torch.manual_seed(seed)
     for name, param in peft_model.named_parameters():
         if "lora_B" in name:  # peft starts B at zero (a no-op adapter); make it change outputs

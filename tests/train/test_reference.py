@@ -54,12 +54,15 @@ def test_a_frozen_copy_keeps_the_starting_weights(tiny_model):
 def test_with_lora_the_reference_is_the_base_with_the_adapter_off(tiny_model):
     from peft import LoraConfig, get_peft_model
 
+    from spreadrl.train.setup import peft_wrapping
+
     base, _ = tiny_model
     base = copy.deepcopy(base)
     cfg = load_config(GRPOConfig, None, ["loss.kl_coef=0.01"])
     us = update_settings(cfg)
     expected = _flat(_logprobs(base, _samples(), us))
-    model = get_peft_model(base, LoraConfig(r=4, target_modules=["q_proj", "v_proj"]))
+    with peft_wrapping():
+        model = get_peft_model(base, LoraConfig(r=4, target_modules=["q_proj", "v_proj"]))
     with torch.no_grad():
         for name, p in model.named_parameters():
             if "lora_B" in name:
