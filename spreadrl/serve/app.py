@@ -31,6 +31,7 @@ from spreadrl.serve import agent
 from spreadrl.serve.limits import (
     Admission,
     BodySizeLimit,
+    Deadline,
     DeadlineExceeded,
     LockedPolicy,
     Metrics,
@@ -65,6 +66,7 @@ def create_app(
     pool_factory: PoolFactory | None = None,
     work_dir: str | Path | None = None,
     view_dir: str | Path | None = None,
+    deadline: Deadline | None = None,
 ) -> FastAPI:
     """Build the server around an already loaded ``policy`` and ``tokenizer``.
 
@@ -72,12 +74,14 @@ def create_app(
     pool for one task (default: the gym's ``make_env_pool``). ``work_dir`` holds
     the served tasks' folders (default: a temporary folder removed at shutdown).
     ``view_dir`` also mounts the run viewer (``spreadrl view``) over that folder at ``/view/``.
+    ``deadline(timeout_s)`` decides when a request's time is up (default: ``asyncio.sleep``;
+    tests pass one they fire themselves).
     """
     if tokenizer is None:
         raise SpreadrlError(
             "spreadrl serve needs a token-level backend (hf or vllm) and its tokenizer"
         )
-    admission = Admission(settings.max_concurrency, settings.max_queue)
+    admission = Admission(settings.max_concurrency, settings.max_queue, deadline=deadline)
     metrics = Metrics(admission)
     locked = LockedPolicy(policy, threading.Lock())
     factory = pool_factory or gym_pool_factory(settings.env_workers)

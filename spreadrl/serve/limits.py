@@ -15,7 +15,7 @@ import asyncio
 import contextlib
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
@@ -33,15 +33,27 @@ class DeadlineExceeded(Exception):
     """The request ran past its timeout: answer 504."""
 
 
-class Admission:
-    """A semaphore with a bounded wait queue and a per-request deadline."""
+Deadline = Callable[[float], Awaitable[object]]
+"""``deadline(timeout_s)``: an awaitable that completes when a request's time is up."""
 
-    def __init__(self, max_concurrency: int, max_queue: int) -> None:
+
+class Admission:
+    """A semaphore with a bounded wait queue and a per-request deadline.
+
+    ``deadline`` is what decides that a request's time is up: by default
+    ``asyncio.sleep`` on the server's event loop. Tests pass one that completes
+    when they say so, so a 504 does not depend on how loaded the machine is.
+    """
+
+    def __init__(
+        self, max_concurrency: int, max_queue: int, *, deadline: Deadline | None = None
+    ) -> None:
         if max_concurrency < 1 or max_queue < 0:
             raise ValueError("max_concurrency must be >= 1 and max_queue >= 0")
         self.max_concurrency = max_concurrency
         self.max_queue = max_queue
         self.executor = ThreadPoolExecutor(max_concurrency, thread_name_prefix="spreadrl-serve")
+        self.deadline: Deadline = deadline or asyncio.sleep
         self._sem: asyncio.Semaphore | None = None
         self.running = 0
         self.waiting = 0
@@ -52,18 +64,37 @@ class Admission:
         return self._sem
 
     async def run(self, timeout_s: float, fn: Callable[..., T], *args: Any) -> T:
-        """Run ``fn(*args)`` in the pool once a slot is free; raise Overloaded or DeadlineExceeded."""
+        """Run ``fn(*args)`` in the pool once a slot is free; raise Overloaded or DeadlineExceeded.
+
+        One deadline covers the wait for a slot and the work itself.
+        """
         sem = self._semaphore()
         if self.running + self.waiting >= self.max_concurrency + self.max_queue:
             raise Overloaded
-        deadline = time.monotonic() + timeout_s
-        self.waiting += 1
+        expired = asyncio.ensure_future(self.deadline(max(0.0, timeout_s)))
         try:
-            await asyncio.wait_for(sem.acquire(), timeout=max(0.0, timeout_s))
-        except TimeoutError:
-            raise DeadlineExceeded from None
+            await self._acquire(sem, expired)
+            return await self._work(sem, expired, fn, *args)
+        finally:
+            expired.cancel()
+
+    async def _acquire(self, sem: asyncio.Semaphore, expired: asyncio.Future[Any]) -> None:
+        self.waiting += 1
+        acquire = asyncio.ensure_future(sem.acquire())
+        try:
+            await asyncio.wait({acquire, expired}, return_when=asyncio.FIRST_COMPLETED)
+        except BaseException:  # the request itself was cancelled (client gone, shutdown)
+            _give_up_slot(acquire, sem)
+            raise
         finally:
             self.waiting -= 1
+        if not acquire.done():
+            _give_up_slot(acquire, sem)
+            raise DeadlineExceeded
+
+    async def _work(
+        self, sem: asyncio.Semaphore, expired: asyncio.Future[Any], fn: Callable[..., T], *args: Any
+    ) -> T:
         self.running += 1
         loop = asyncio.get_running_loop()
 
@@ -82,14 +113,37 @@ class Admission:
             sem.release()
             raise
         cfuture.add_done_callback(release)
-        remaining = max(0.0, deadline - time.monotonic())
+        work = asyncio.wrap_future(cfuture)
         try:
-            return await asyncio.wait_for(asyncio.shield(asyncio.wrap_future(cfuture)), remaining)
-        except TimeoutError:
-            raise DeadlineExceeded from None
+            await asyncio.wait({work, expired}, return_when=asyncio.FIRST_COMPLETED)
+        except BaseException:
+            work.add_done_callback(_consume)
+            raise
+        if work.done():
+            return work.result()
+        # the thread goes on (Python cannot stop it); its slot is freed when it ends
+        work.add_done_callback(_consume)
+        raise DeadlineExceeded
 
     def shutdown(self) -> None:
         self.executor.shutdown(wait=True, cancel_futures=True)
+
+
+def _give_up_slot(acquire: asyncio.Future[Any], sem: asyncio.Semaphore) -> None:
+    """Cancel a wait for a slot; if the slot was granted all the same, hand it back."""
+    acquire.cancel()
+
+    def settle(future: asyncio.Future[Any]) -> None:
+        if not future.cancelled() and future.exception() is None:
+            sem.release()
+
+    acquire.add_done_callback(settle)
+
+
+def _consume(future: asyncio.Future[Any]) -> None:
+    """Read an abandoned request's outcome so asyncio does not log it as never retrieved."""
+    if not future.cancelled():
+        future.exception()
 
 
 class LockedPolicy:

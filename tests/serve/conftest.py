@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import io
 import socket
 import threading
@@ -44,22 +45,57 @@ def xlsx_bytes(rows: list[list[Any]] | None = None, sheet: str = "Sheet1") -> by
 
 
 class GatedPolicy:
-    """Wraps a policy; every call waits until ``gate`` is set (to hold requests in flight)."""
+    """Wraps a policy; every call waits until ``gate`` is set (to hold requests in flight).
+
+    ``on_enter()``, if given, runs as each call enters, before it waits.
+    """
 
     token_level = True
 
-    def __init__(self, policy: Any) -> None:
+    def __init__(self, policy: Any, on_enter: Callable[[], Any] | None = None) -> None:
         self.policy = policy
         self.gate = threading.Event()
         self.entered = threading.Event()
+        self.on_enter = on_enter
         self.calls = 0
 
     def act(self, contexts, params):
         self.calls += 1
         self.entered.set()
+        if self.on_enter is not None:
+            self.on_enter()
         if not self.gate.wait(timeout=30):
             raise RuntimeError("gate never opened")
         return self.policy.act(contexts, params)
+
+
+class ManualDeadlines:
+    """A server ``deadline`` that never expires on its own: ``fire()`` expires the pending ones.
+
+    Requests admitted after a ``fire()`` get fresh deadlines that stay pending, so a
+    504 happens exactly when a test asks for it, however slow the machine is.
+    """
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._pending: list[tuple[asyncio.AbstractEventLoop, asyncio.Future[None]]] = []
+        self.armed = 0
+
+    async def __call__(self, timeout_s: float) -> None:
+        loop = asyncio.get_running_loop()
+        future: asyncio.Future[None] = loop.create_future()
+        with self._lock:
+            self._pending.append((loop, future))
+            self.armed += 1
+        await future
+
+    def fire(self) -> int:
+        """Expire every deadline armed so far (callable from any thread); return how many."""
+        with self._lock:
+            pending, self._pending = self._pending, []
+        for loop, future in pending:
+            loop.call_soon_threadsafe(lambda f=future: f.done() or f.set_result(None))
+        return len(pending)
 
 
 @contextmanager
@@ -91,10 +127,13 @@ def live_server(app: Any) -> Iterator[str]:
 
 @pytest.fixture
 def app_factory(tiny_policy, tmp_path) -> Callable[..., Any]:
-    """``app_factory(policy=None, pool_factory=None, **settings)`` -> a FastAPI app on the tiny model."""
+    """``app_factory(policy=None, pool_factory=None, deadline=None, **settings)`` -> a FastAPI
+    app on the tiny model."""
     from spreadrl.serve.app import create_app
 
-    def build(policy: Any = None, pool_factory: Any = None, **overrides: Any) -> Any:
+    def build(
+        policy: Any = None, pool_factory: Any = None, deadline: Any = None, **overrides: Any
+    ) -> Any:
         base_policy, tokenizer = tiny_policy
         return create_app(
             make_settings(**overrides),
@@ -102,6 +141,7 @@ def app_factory(tiny_policy, tmp_path) -> Callable[..., Any]:
             tokenizer,
             pool_factory=pool_factory,
             work_dir=tmp_path / "served",
+            deadline=deadline,
         )
 
     return build

@@ -9,7 +9,7 @@ import time
 
 import httpx
 
-from tests.serve.conftest import GatedPolicy, live_server
+from tests.serve.conftest import GatedPolicy, ManualDeadlines, live_server
 
 CHAT = "/v1/chat/completions"
 
@@ -84,8 +84,17 @@ def test_load_within_the_queue_is_all_answered(app_factory):
 
 
 def test_a_request_past_its_timeout_gets_504_and_frees_its_slot_later(app_factory, tiny_policy):
-    gated = GatedPolicy(tiny_policy[0])
-    with live_server(app_factory(policy=gated, timeout_s=0.5, max_concurrency=1)) as url:
+    # the deadline expires when the policy is entered (not after a time that a loaded
+    # machine might overrun), and the next request's deadline never expires
+    deadlines = ManualDeadlines()
+    fired: list[int] = []
+
+    def expire_the_first_request() -> None:
+        if not fired:
+            fired.append(deadlines.fire())
+
+    gated = GatedPolicy(tiny_policy[0], on_enter=expire_the_first_request)
+    with live_server(app_factory(policy=gated, deadline=deadlines, max_concurrency=1)) as url:
         r = httpx.post(f"{url}{CHAT}", json=ask(), timeout=30)
         assert r.status_code == 504
         assert r.json()["error"]["code"] == "timeout"
@@ -94,6 +103,38 @@ def test_a_request_past_its_timeout_gets_504_and_frees_its_slot_later(app_factor
         deadline = time.monotonic() + 20
         while httpx.get(f"{url}/metrics").json()["in_flight"] and time.monotonic() < deadline:
             time.sleep(0.05)
+        assert httpx.get(f"{url}/metrics").json()["in_flight"] == 0
+        assert httpx.post(f"{url}{CHAT}", json=ask(), timeout=30).status_code == 200
+        assert fired == [1] and deadlines.armed == 2 and gated.calls == 2
+
+
+def test_a_request_waiting_for_a_slot_past_its_timeout_gets_504(app_factory, tiny_policy):
+    deadlines = ManualDeadlines()
+    gated = GatedPolicy(tiny_policy[0])
+    with live_server(app_factory(policy=gated, deadline=deadlines, max_concurrency=1)) as url:
+        first: list[httpx.Response] = []
+        holder = threading.Thread(
+            target=lambda: first.append(httpx.post(f"{url}{CHAT}", json=ask(), timeout=30))
+        )
+        holder.start()
+        assert gated.entered.wait(timeout=30)
+        waiting: list[httpx.Response] = []
+        queued = threading.Thread(
+            target=lambda: waiting.append(httpx.post(f"{url}{CHAT}", json=ask(), timeout=30))
+        )
+        queued.start()
+        end = time.monotonic() + 20
+        while httpx.get(f"{url}/metrics").json()["queue_depth"] != 1 and time.monotonic() < end:
+            time.sleep(0.05)
+        assert deadlines.fire() == 2  # both requests' time is up
+        queued.join(timeout=30)
+        assert waiting[0].status_code == 504
+        snap = httpx.get(f"{url}/metrics").json()
+        assert snap["queue_depth"] == 0 and snap["in_flight"] == 1
+        gated.gate.set()
+        holder.join(timeout=30)
+        assert first[0].status_code == 504
+        assert gated.calls == 1  # the queued request never reached the model
         assert httpx.post(f"{url}{CHAT}", json=ask(), timeout=30).status_code == 200
 
 
