@@ -37,6 +37,8 @@ class EndReason(StrEnum):
     WALL_TIME = "wall_time"
     PROMPT_TOO_LONG = "prompt_too_long"
     ERROR = "error"
+    ABORTED = "aborted"  # the generation engine aborted a turn (vLLM's "abort"/"error" finish)
+    LOST_REQUEST = "lost_request"  # the engine no longer held a turn it was still generating
 
     NO_ANSWER = "no_answer"  # finished without a final answer (a driver called finish)
 

@@ -13,11 +13,20 @@ which is how vLLM's engine works with continuous batching).
 Trajectories are the same as under the turn scheduler for a policy whose
 output depends only on the context; what changes is the interleaving.
 
-Nothing waits forever: a request still unfinished when its episode's wall
-time (``episode_wall_time_s``) runs out is aborted in the engine (``abort``,
-when the policy has one) and its episode ends as ``wall_time``; a turn the
-engine itself aborted ends its episode as ``aborted``, with the reason in
-``traj.error``; neither is mistaken for a turn cut by its token budget.
+Nothing waits forever, and nothing spins: a request still unfinished when its
+episode's wall time (``episode_wall_time_s``) runs out is aborted in the engine
+(``abort``, when the policy has one) and its episode ends as ``wall_time``; a
+turn the engine itself aborted ends its episode as ``aborted``; a request the
+engine no longer holds (``has_unfinished()`` is False while the scheduler still
+awaits it) ends its episode as ``lost_request`` at once, not at the wall clock.
+Each reason is written in ``traj.error``, and none is mistaken for a turn cut by
+its token budget. An engine's ``poll`` blocks on its own step while it has work
+(vLLM's ``step()``); for a policy that cannot say whether it holds work, a poll
+that brings nothing is followed by a short wait (on the running tools, when
+there are any) that grows while nothing happens, so the loop never spins.
+
+Limit: a request lost while the engine still runs others is noticed only once
+the engine has drained them (vLLM says whether it holds any request, not which).
 """
 
 from __future__ import annotations
@@ -29,7 +38,7 @@ from concurrent.futures import FIRST_COMPLETED, Future, wait
 from dataclasses import replace
 from typing import Any, Protocol
 
-from spreadrl.env.types import EpisodeResult, StepResult
+from spreadrl.env.types import EndReason, EpisodeResult, StepResult
 from spreadrl.rollout.episode import (
     EnvPoolLike,
     EpisodeState,
@@ -43,9 +52,15 @@ from spreadrl.rollout.episode import (
 )
 from spreadrl.rollout.types import PolicyTurn, SamplingParams, derive_seed
 
+IDLE_WAIT_S = (0.001, 0.05)  # first and longest wait after a poll that brought nothing
+
 
 class StreamingPolicy(Protocol):
-    """A token-level policy that takes requests one by one and returns them when done."""
+    """A token-level policy that takes requests one by one and returns them when done.
+
+    It may also have ``has_unfinished() -> bool`` (whether the engine still holds any
+    submitted request) and ``abort(request_ids)``; the scheduler uses them when present.
+    """
 
     token_level: bool
 
@@ -71,7 +86,9 @@ def run_streaming(
     batch = uuid.uuid4().hex[:8]  # engines keep request ids unique across calls too
     generating: dict[str, tuple[EpisodeState, int]] = {}
     abort = getattr(policy, "abort", None)
+    has_unfinished = getattr(policy, "has_unfinished", None)
     in_tools: list[tuple[EpisodeState, list[Future[StepResult] | str]]] = []
+    idle = _IdleWait()
 
     def queue_turn(state: EpisodeState) -> None:
         key = f"{state.job.episode_id}#{state.turns_taken}"
@@ -81,12 +98,16 @@ def run_streaming(
         policy.submit(request_id, state.context_ids, params)
         generating[request_id] = (state, episode_room(state, settings))
 
-    def end(state: EpisodeState) -> None:
+    def end(state: EpisodeState, reason: EndReason | None = None, error: str = "") -> None:
+        if reason is not None:
+            state.traj.error = error
+            state.end(reason)
         finishing.append((state, finish_episode(pool, state, settings)))
 
     for state in active:
         queue_turn(state)
     while generating or in_tools:
+        progressed = False
         if generating:
             t0 = time.perf_counter()
             finished = policy.poll()
@@ -94,48 +115,105 @@ def run_streaming(
             for request_id, turn in finished:
                 if request_id not in generating:  # given up on at its deadline
                     continue
+                progressed = True
                 state, room = generating.pop(request_id)
                 if turn.finish_reason == "abort":
-                    state.traj.error = f"the engine aborted generation request {request_id}"
-                    state.end("aborted")
-                    end(state)
+                    error = f"the engine aborted generation request {request_id}"
+                    end(state, EndReason.ABORTED, error)
                     continue
                 items = take_turn(state, clip_turn(turn, room), pool, settings, True, tokenizer)
                 if state.done:
                     end(state)
                 else:
                     in_tools.append((state, items))
+            holds = has_unfinished() if callable(has_unfinished) and generating else None
+            if not finished and holds is False:  # awaited, yet the engine has none of them
+                for request_id in list(generating):
+                    state, _ = generating.pop(request_id)
+                    error = (
+                        f"the engine lost generation request {request_id} (it no longer holds it)"
+                    )
+                    end(state, EndReason.LOST_REQUEST, error)
+                progressed = True
+            if holds:  # an engine with work blocks in its own poll: no wait of ours
+                progressed = True
         late = _past_deadline(generating, settings)
         if late:
             if abort is not None:
                 abort(late)
             for request_id in late:
                 state, _ = generating.pop(request_id)
-                state.traj.error = (
+                error = (
                     f"generation request {request_id} had no result within the episode's "
                     f"wall time ({settings.episode_wall_time_s:g} s)"
                 )
-                state.end("wall_time")
-                end(state)
-        if not in_tools:
+                end(state, EndReason.WALL_TIME, error)
+            progressed = True
+        if in_tools:
+            t0 = time.perf_counter()
+            in_tools, moved = _collect_tools(in_tools, not generating, settings, tokenizer)
+            for state in moved:
+                if state.done:
+                    end(state)
+                else:
+                    queue_turn(state)
+            progressed = progressed or bool(moved)
+            timings["tools_s"] += time.perf_counter() - t0
+        if progressed or not generating:
+            idle.reset()
+        else:
+            idle.wait(in_tools, _seconds_to_deadline(generating, settings))
+
+
+def _collect_tools(
+    in_tools: list[tuple[EpisodeState, list[Future[StepResult] | str]]],
+    block: bool,
+    settings: RolloutSettings,
+    tokenizer: Any,
+) -> tuple[list[tuple[EpisodeState, list[Future[StepResult] | str]]], list[EpisodeState]]:
+    """Append the observations of episodes whose tools all returned; return (still in
+    tools, moved on). ``block``: nothing is generating, so wait until some tool returns."""
+    if block:
+        futures = [i for _, items in in_tools for i in items if isinstance(i, Future)]
+        if futures:
+            wait(futures, return_when=FIRST_COMPLETED)
+    waiting, moved = [], []
+    for state, items in in_tools:
+        if any(isinstance(i, Future) and not i.done() for i in items):
+            waiting.append((state, items))
             continue
-        t0 = time.perf_counter()
-        if not generating:  # nothing to decode: block until some tool returns
-            futures = [i for _, items in in_tools for i in items if isinstance(i, Future)]
-            if futures:
-                wait(futures, return_when=FIRST_COMPLETED)
-        waiting = []
-        for state, items in in_tools:
-            if any(isinstance(i, Future) and not i.done() for i in items):
-                waiting.append((state, items))
-                continue
-            take_observations(state, items, settings, True, tokenizer)
-            if state.done:
-                end(state)
-            else:
-                queue_turn(state)
-        in_tools = waiting
-        timings["tools_s"] += time.perf_counter() - t0
+        take_observations(state, items, settings, True, tokenizer)
+        moved.append(state)
+    return waiting, moved
+
+
+class _IdleWait:
+    """A wait that doubles from IDLE_WAIT_S[0] to IDLE_WAIT_S[1] while nothing happens."""
+
+    def __init__(self) -> None:
+        self.next_s = IDLE_WAIT_S[0]
+
+    def reset(self) -> None:
+        self.next_s = IDLE_WAIT_S[0]
+
+    def wait(
+        self, in_tools: list[tuple[EpisodeState, list[Future[StepResult] | str]]], cap_s: float
+    ) -> None:
+        timeout = max(0.0, min(self.next_s, cap_s))
+        self.next_s = min(self.next_s * 2, IDLE_WAIT_S[1])
+        futures = [i for _, items in in_tools for i in items if isinstance(i, Future)]
+        if futures:  # a returning tool ends the wait early
+            wait(futures, timeout=timeout, return_when=FIRST_COMPLETED)
+        else:
+            time.sleep(timeout)
+
+
+def _seconds_to_deadline(
+    generating: dict[str, tuple[EpisodeState, int]], settings: RolloutSettings
+) -> float:
+    """Seconds until the first generating episode runs out of wall time."""
+    first = min(state.started for state, _ in generating.values())
+    return first + settings.episode_wall_time_s - time.monotonic()
 
 
 def _past_deadline(

@@ -146,11 +146,17 @@ class VLLMPolicy:
         )
 
     def poll(self) -> list[tuple[str, PolicyTurn]]:
-        """Run one engine step; return the turns that finished in it."""
+        """Run one engine step (it blocks while the engine decodes); return the turns
+        that finished in it."""
         engine = self.llm.llm_engine
         if not engine.has_unfinished_requests():
             return []
         return [(out.request_id, _turn(out)) for out in engine.step() if out.finished]
+
+    def has_unfinished(self) -> bool:
+        """Whether the engine still holds any submitted request: when it holds none, a
+        request the scheduler still awaits was lost (it ends the episode at once)."""
+        return bool(self.llm.llm_engine.has_unfinished_requests())
 
     def abort(self, request_ids: Sequence[str]) -> None:
         """Stop requests the scheduler gave up on (past their deadline)."""

@@ -13,6 +13,7 @@ weights, weight transfer only when the engine was built with a transfer config.
 
 from __future__ import annotations
 
+import collections
 import enum
 import functools
 import sys
@@ -85,7 +86,9 @@ class RequestOutput:
 class LLMEngine:
     """add_request, then step() until has_unfinished_requests() is False; each step
     finishes the oldest request and reports the others as unfinished. Requests in
-    ``hang`` never finish; requests in ``drop`` finish as aborted."""
+    ``hang`` never finish; requests in ``drop`` finish as aborted; requests in
+    ``lose`` vanish at the next step without any output (a lost request id).
+    ``calls`` counts the calls of each method."""
 
     def __init__(self, llm: FakeLLM) -> None:
         self.llm = llm
@@ -93,11 +96,14 @@ class LLMEngine:
         self.params: list[SamplingParams] = []
         self.hang: set[str] = set()
         self.drop: set[str] = set()
+        self.lose: set[str] = set()
         self.aborted: list[str] = []
+        self.calls: collections.Counter[str] = collections.Counter()
 
     def add_request(self, request_id: str, prompt: dict, params: SamplingParams) -> str:
         if not isinstance(request_id, str):
             raise TypeError(f"request_id must be a string, got {type(request_id)}")
+        self.calls["add_request"] += 1
         self.llm.check_awake()
         self.llm.events.append(f"add:{request_id}")
         self.queue.append((request_id, list(prompt["prompt_token_ids"]), params))
@@ -105,10 +111,13 @@ class LLMEngine:
         return request_id
 
     def has_unfinished_requests(self) -> bool:
+        self.calls["has_unfinished_requests"] += 1
         return bool(self.queue)
 
     def step(self) -> list[RequestOutput]:
+        self.calls["step"] += 1
         self.llm.check_awake()
+        self.queue = [q for q in self.queue if q[0] not in self.lose]
         outs = []
         runnable = [q for q in self.queue if q[0] not in self.hang]
         for i, (rid, ctx, params) in enumerate(runnable):
@@ -124,6 +133,7 @@ class LLMEngine:
         return outs
 
     def abort_request(self, request_ids: list[str]) -> None:
+        self.calls["abort_request"] += 1
         self.aborted.extend(request_ids)
         self.queue = [q for q in self.queue if q[0] not in request_ids]
 

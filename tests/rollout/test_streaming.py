@@ -5,7 +5,7 @@ from concurrent.futures import Future
 
 import pytest
 
-from spreadrl.env.types import StepResult
+from spreadrl.env.types import EndReason, StepResult
 from spreadrl.errors import ConfigError
 from spreadrl.rollout.runner import EpisodeJob, RolloutSettings, run_episodes
 from spreadrl.rollout.scripted import format_tool_call
@@ -29,6 +29,7 @@ class ContextPolicy:
         self.end = tokenizer.convert_tokens_to_ids("<|im_end|>")
         self.running = {}
         self.events = []
+        self.polls = 0
 
     def _sample(self, context, params):
         # system, user, this turn's header; each earlier round added an assistant + a tool turn
@@ -52,7 +53,11 @@ class ContextPolicy:
         self.events.append(("submit", request_id))
         self.running[request_id] = [self._sample(list(context), params), 0]
 
+    def has_unfinished(self):
+        return bool(self.running)
+
     def poll(self):
+        self.polls += 1
         finished = []
         for rid, entry in list(self.running.items()):
             entry[1] += 1
@@ -235,7 +240,11 @@ def test_each_request_gets_its_own_reproducible_seed(tiny_model):
 
 
 class StuckEngine(ContextPolicy):
-    """Requests of sample 0 never come back (a lost request id) unless aborted."""
+    """Requests of sample 0 never come back unless aborted, and the policy cannot say
+    whether it still holds them (no ``has_unfinished``); its poll returns at once.
+    Other requests finish at their first poll."""
+
+    has_unfinished = None
 
     def __init__(self, tokenizer):
         super().__init__(tokenizer)
@@ -243,8 +252,8 @@ class StuckEngine(ContextPolicy):
 
     def submit(self, request_id, context, params):
         super().submit(request_id, context, params)
-        if "/0#" in request_id:
-            self.running[request_id][1] = -(10**9)
+        entry = self.running[request_id]
+        entry[1] = -(10**9) if "/0#" in request_id else len(entry[0].token_ids) - 1
 
     def abort(self, request_ids):
         self.aborted.extend(request_ids)
@@ -261,6 +270,52 @@ def test_a_request_that_never_returns_ends_its_episode_at_the_wall_time(tiny_mod
     assert stuck.stop_reason == "wall_time" and "no result" in stuck.error
     assert policy.aborted == ["t1/1/0#0@" + policy.aborted[0].split("@")[1]]
     assert fine.passed and fine.stop_reason == "answered"
+    # it waited instead of spinning: the waits double from 1 ms to 50 ms, so 0.3 s holds
+    # about a dozen polls after the fine episode is done (a tight loop makes thousands)
+    assert policy.polls < 100, policy.polls
+
+
+def test_a_request_the_engine_lost_ends_its_episode_at_once(tiny_model, monkeypatch):
+    """The fake vLLM engine drops sample 0's first request without a trace: the
+    scheduler must end that episode as lost_request when the engine holds nothing,
+    not poll an empty engine until the wall time runs out."""
+    from spreadrl.env.types import EndReason
+    from spreadrl.rollout.vllm_policy import VLLMPolicy
+    from tests.rollout import fake_vllm
+
+    _, tok = tiny_model
+    fake_vllm.install(monkeypatch)
+
+    class Engine(fake_vllm.FakeLLM):
+        def complete(self, prompt_ids, params):  # answers at once: "Done." + <|im_end|>
+            ids = tok.encode("Done.", add_special_tokens=False)
+            ids.append(tok.convert_tokens_to_ids("<|im_end|>"))
+            return fake_vllm.CompletionOutput("Done.", ids, None, "stop")
+
+    policy = VLLMPolicy("m", llm=Engine("m"))
+    engine = policy.llm.llm_engine
+    original = engine.add_request
+
+    def add_request(request_id, prompt, params):
+        if "/0#" in request_id:
+            engine.lose.add(request_id)
+        return original(request_id=request_id, prompt=prompt, params=params)
+
+    engine.add_request = add_request
+    jobs = [EpisodeJob(make_task(), 1, s) for s in range(2)]
+    # a wall time long enough that ending there would be a failure, short enough that
+    # the old spinning scheduler fails this test in seconds rather than hanging
+    settings = RolloutSettings(scheduler="episode", episode_wall_time_s=5.0)
+    lost, fine = run_episodes(policy, FakePool(), jobs, settings, tok).trajectories
+    assert lost.stop_reason == EndReason.LOST_REQUEST
+    assert "lost generation request t1/1/0#0@" in lost.error
+    assert lost.response_ids == []
+    assert fine.stop_reason == "answered"
+    # two requests, two engine steps (one finishes, one is lost); each poll asks the engine
+    # once and the scheduler once more: nothing like a loop until the wall time
+    assert engine.calls["step"] <= 3, engine.calls
+    assert engine.calls["has_unfinished_requests"] <= 8, engine.calls
+    assert engine.aborted == []
 
 
 def test_an_engine_abort_is_reported_as_aborted_not_as_length(tiny_model, monkeypatch):
@@ -289,5 +344,6 @@ def test_an_engine_abort_is_reported_as_aborted_not_as_length(tiny_model, monkey
     settings = RolloutSettings(scheduler="episode")
     dropped, fine = run_episodes(policy, FakePool(), jobs, settings, tok).trajectories
     assert dropped.stop_reason == "aborted" and "aborted" in dropped.error
+    assert isinstance(dropped.stop_reason, EndReason)
     assert dropped.response_ids == []  # nothing of the aborted turn is trained on
     assert fine.stop_reason == "answered"
