@@ -18,7 +18,13 @@ def load_policy(
     base_url: str | None = None,
     max_batch_size: int = 64,
 ) -> tuple[Any, Any]:
-    """Return ``(policy, tokenizer)``; the tokenizer is None for message-level policies."""
+    """Return ``(policy, tokenizer)``; the tokenizer is None for message-level policies.
+
+    For eval, serve and ``data sft-build``: a fixed checkpoint loaded from ``model``.
+    GRPO builds its rollout policy around the model it trains instead
+    (``spreadrl.train.grpo.build_rollout_policy``, whose docstring says why the two
+    stay apart).
+    """
     if backend not in BACKENDS:
         raise SpreadrlError(f"unknown backend {backend!r}; choose one of {', '.join(BACKENDS)}")
     if backend == "oracle":

@@ -487,6 +487,19 @@ def build_rollout_policy(
     The vLLM engine is sized from the recipe (``max_model_len`` = prompt budget +
     response budget, ``rollout.vllm_gpu_memory_utilization``), sleeps during the
     update and receives new weights through vLLM's weight-transfer API.
+
+    Why this is not :func:`spreadrl.rollout.backends.load_policy` (which eval and
+    serve use): the two take different inputs and must build different things, so
+    one function would change one side's behaviour or hide a branch per caller.
+    Here the hf policy wraps the very module being trained (FSDP- or LoRA-wrapped,
+    so each step samples the updated weights) where ``load_policy`` loads a
+    checkpoint from a path; the batch is ``group_size * prompts_per_step``, not
+    eval's ``--batch-size``; and the vLLM engine shares the GPU with the trainer
+    (a memory fraction, sleep mode, ipc weight transfer, a seed per rank, a KV
+    cache bounded by the recipe's budgets) where eval's owns the GPU and serves
+    fixed weights. openai, oracle and noop exist only for eval. What both share,
+    the stop ids and :class:`~spreadrl.rollout.vllm_policy.VLLMPolicy` itself, is
+    already shared.
     """
     from spreadrl.rollout.hf_policy import HFPolicy, stop_token_ids
 

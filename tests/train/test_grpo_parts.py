@@ -59,3 +59,21 @@ def test_dropped_groups_produce_no_samples():
     t = _traj([1], [2], [1], [-0.1])
     samples = to_samples([t, t, t, t], torch.zeros(2, 2), torch.tensor([False, True]), group_size=2)
     assert len(samples) == 2
+
+
+def test_the_hf_rollout_policy_samples_the_module_being_trained(tiny_model):
+    """Why GRPO keeps its own builder (build_rollout_policy's docstring): its policy
+    wraps the trained module itself, so every step samples the updated weights,
+    where eval's load_policy loads a checkpoint from a path."""
+    from rich.console import Console
+
+    from spreadrl.config import load_config
+    from spreadrl.train.config import GRPOConfig
+    from spreadrl.train.distributed import DistInfo
+    from spreadrl.train.grpo import build_rollout_policy
+
+    model, tok = tiny_model
+    cfg = load_config(GRPOConfig, None, ["rollout.group_size=3", "rollout.prompts_per_step=5"])
+    policy, colocated = build_rollout_policy(cfg, model, tok, DistInfo(), Console(quiet=True))
+    assert policy.model is model and colocated is None
+    assert policy.max_batch_size == 15  # group_size * prompts_per_step
