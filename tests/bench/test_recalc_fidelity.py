@@ -21,7 +21,14 @@ from spreadrl.cli.main import app
 from spreadrl.errors import SpreadrlError
 
 SLICE = Path(__file__).parents[1] / "fixtures" / "recalc_corpus"
-EXCEL_BOOKS = ["CONCATENATE.xlsx", "DATE.xlsx", "VLOOKUP.xlsx", "YEAR.xlsx", "YEARFRAC.xlsx"]
+EXCEL_BOOKS = [
+    "CONCATENATE.xlsx",
+    "DATE.xlsx",
+    "VLOOKUP.xlsx",
+    "YEAR.xlsx",
+    "YEARFRAC.xlsx",
+    "reveng1.xlsx",
+]
 
 
 def test_formula_functions_ignores_strings_and_prefixes() -> None:
@@ -100,3 +107,30 @@ def test_hybrid_without_libreoffice_says_so(monkeypatch) -> None:
     tallies, _ = run_fidelity(SLICE, ["hybrid"])
     assert "not installed" in tallies["hybrid"].note
     assert tallies["hybrid"].cells > 0
+
+
+def test_hybrid_reproduces_what_ironcalc_misses_on_the_slice() -> None:
+    """YEAR of date text, the intersection operator and _xHHHH_ escapes (excel_rules);
+    VLOOKUP/YEARFRAC cells go to LibreOffice where it is installed."""
+    from spreadrl.env.recalc import find_soffice
+    from spreadrl.env.recalc.libreoffice import uno_python
+
+    tallies, _ = run_fidelity(SLICE, ["ironcalc", "hybrid"])
+    alone, hybrid = tallies["ironcalc"], tallies["hybrid"]
+    missed_alone = {(m.workbook, m.sheet, m.cell) for m in alone.misses}
+    missed = {(m.workbook, m.sheet, m.cell) for m in hybrid.misses}
+    assert {
+        ("YEAR.xlsx", "Sheet1", "C5"),
+        ("reveng1.xlsx", "ZZZfirstsheet", "C23"),
+        ("reveng1.xlsx", "ZZZfirstsheet", "C43"),
+        ("reveng1.xlsx", "ZZZfirstsheet", "C46"),
+    } <= missed_alone
+    assert missed <= missed_alone
+    assert hybrid.cell_engines["ironcalc+excel-rules"] >= 4
+    if find_soffice() is not None and uno_python() is not None:
+        assert hybrid.reproduced == hybrid.cells and hybrid.workbooks_whole == len(EXCEL_BOOKS)
+    else:
+        assert not missed & {
+            ("YEAR.xlsx", "Sheet1", "C5"),
+            ("reveng1.xlsx", "ZZZfirstsheet", "C23"),
+        }

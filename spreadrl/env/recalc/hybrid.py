@@ -11,7 +11,12 @@ conversions (BIN2*, OCT2*, HEX2*) go to the ``formulas`` package instead,
 which reproduces Excel there where both others do not. The second engine's
 values are written into the IronCalc model as constants and the model is
 evaluated again, so the cells that depend on them see the corrected values.
-Every cell records which engine produced it (``WorkbookValues.cell_engine``).
+Before any of this, formulas that Excel reads differently from IronCalc (the
+intersection operator, ``_xHHHH_`` escapes, a few documented argument rules)
+are rewritten so IronCalc computes Excel's value
+(:mod:`spreadrl.env.recalc.excel_rules`; those cells are recorded as
+``ironcalc+excel-rules``). Every cell records which engine produced it
+(``WorkbookValues.cell_engine``).
 
 Never a false pass: when LibreOffice fails on a cell too (its own error
 codes such as ``Err:502``), the IronCalc value stays, and an engine failure
@@ -59,6 +64,7 @@ _STRING = re.compile(r'"(?:[^"]|"")*"')
 _NS = r"(?:\w+:)?"
 _ARRAY_F = re.compile(rb"<" + _NS.encode() + rb"f\b[^>]*\bt=\"array\"[^>]*\bref=\"([A-Z0-9:$]+)\"")
 _ARRAY_F2 = re.compile(rb"<" + _NS.encode() + rb"f\b[^>]*\bref=\"([A-Z0-9:$]+)\"[^>]*\bt=\"array\"")
+_CELL_REF = re.compile(r"^\$?([A-Z]{1,3})\$?(\d+)$")
 _warned = False
 
 
@@ -255,6 +261,7 @@ def load_hybrid(path: Path) -> HybridResult:
             raise
         raise WorkbookError(f"{path}: cannot read workbook ({exc})") from exc
     book = HybridResult(model=model, sheet_names=names)
+    _rules_stage(model, names, book)
     reasons = untrusted_cells(model, names, path)
     by_formulas = {k for k, why in reasons.items() if why == BASE_REASON}
     lo_reasons = {k: why for k, why in reasons.items() if why != BASE_REASON}
@@ -263,6 +270,47 @@ def load_hybrid(path: Path) -> HybridResult:
     if by_formulas:
         _formulas_stage(model, names, by_formulas, book)
     return book
+
+
+RULES_ENGINE = "ironcalc+excel-rules"
+
+
+def _rules_stage(model: Any, names: list[str], book: HybridResult) -> None:
+    """Rewrite the formulas Excel reads differently from IronCalc (:mod:`.excel_rules`).
+
+    The rewritten cells are still computed by IronCalc (recorded as
+    ``ironcalc+excel-rules``, their original formula kept in ``book.formulas``),
+    and the model is evaluated again so that the cells depending on them follow.
+    """
+    import ironcalc
+
+    from spreadrl.env.recalc.excel_rules import UNKNOWN, rewrite_formula
+
+    index = {name.casefold(): i for i, name in enumerate(names)}
+    changed = 0
+    for key in model.get_all_cells():
+        sheet, row, column = key
+        formula = model.get_cell_formula(sheet, row, column)
+        if formula is None:
+            continue
+
+        def value_of(sheet_name: str | None, ref: str, own: int = sheet) -> Any:
+            target = own if sheet_name is None else index.get(sheet_name.casefold())
+            match = _CELL_REF.match(ref)
+            if target is None or match is None:
+                return UNKNOWN
+            r, c = int(match.group(2)), ironcalc.column_number_from_name(match.group(1))
+            return model.get_cell_value(target, r, c)
+
+        new = rewrite_formula(formula, value_of, names[sheet])
+        if new is formula:
+            continue
+        model.set_user_input(sheet, row, column, new)
+        book.formulas.setdefault(key, formula)
+        book.cell_engines[key] = RULES_ENGINE
+        changed += 1
+    if changed:
+        model.evaluate()
 
 
 def _libreoffice_stage(
@@ -301,7 +349,7 @@ def _libreoffice_stage(
             continue
         formula = model.get_cell_formula(sheet, row, column)
         if formula is not None:
-            book.formulas[key] = formula
+            book.formulas.setdefault(key, formula)
         _write_back(model, key, lo_value)
         book.cell_engines[key] = "libreoffice"
         taken += 1
@@ -309,7 +357,6 @@ def _libreoffice_stage(
         model.evaluate()
 
 
-_CELL_REF = re.compile(r"^\$?([A-Z]{1,3})\$?(\d+)$")
 _formulas_cache: dict[str, Any] = {}
 
 
@@ -372,7 +419,7 @@ def _formulas_stage(model: Any, names: list[str], keys: set, book: HybridResult)
             continue
         if value is None:
             continue
-        book.formulas[key] = formula
+        book.formulas.setdefault(key, formula)
         _write_back(model, key, value)
         book.cell_engines[key] = "formulas"
         taken += 1

@@ -131,7 +131,7 @@ class WorkbookValues:
             isinstance(value, str)
             and self.recalculated
             and len(value) > 9
-            and self.cell_engine(sheet, row, column) == "ironcalc"
+            and self.cell_engine(sheet, row, column).startswith("ironcalc")
             and needs_fix(value)
         ):
             formula = self.formula(sheet, row, column)
