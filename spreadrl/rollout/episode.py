@@ -16,13 +16,16 @@ import time
 from collections.abc import Sequence
 from concurrent.futures import Future
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 from spreadrl.data.task import Task
 from spreadrl.env.types import EpisodeResult, Observation, StepResult
 from spreadrl.errors import ConfigError
 from spreadrl.rollout.config import RolloutConfig
 from spreadrl.rollout.types import EndReason, PolicyTurn, SamplingParams, Trajectory
+
+if TYPE_CHECKING:
+    from spreadrl.rollout.parsing import ParsedTurn
 
 log = logging.getLogger(__name__)
 
@@ -174,6 +177,7 @@ def take_turn(
         max_calls=settings.max_calls_per_turn,
         fmt=chat_format(tokenizer if token_level else None),
     )
+    record_parsed_turn(state.traj.metadata, len(state.traj.messages) - 1, parsed)
     if parsed.errors:
         state.traj.parse_errors += len(parsed.errors)
         return [f"Error: {e}" for e in parsed.errors]
@@ -182,6 +186,24 @@ def take_turn(
         return [pool.step(state.job.episode_id, call) for call in parsed.tool_calls]
     state.end(EndReason.ANSWERED if turn.finish_reason == "stop" else EndReason.MAX_RESPONSE_TOKENS)
     return []
+
+
+def record_parsed_turn(metadata: dict[str, Any], index: int, parsed: ParsedTurn) -> None:
+    """Keep how an assistant message was read, for viewers: ``metadata.assistant_turns``.
+
+    Keyed by the message's index (as ``cell_changes`` is): its ``content`` without
+    reasoning and calls, its ``reasoning_content``, the well-formed ``tool_calls`` and
+    the parse ``errors`` (a turn with errors runs none of its calls). The split used the chat format read off the tokenizer's template,
+    which a page cannot know (a thinking template opens the reasoning block in the
+    prompt, so the sampled text has no opening marker); the message itself stays as
+    the template renders it.
+    """
+    metadata.setdefault("assistant_turns", {})[str(index)] = {
+        "content": parsed.content,
+        "reasoning_content": parsed.reasoning,
+        "tool_calls": [call.to_json() for call in parsed.tool_calls],
+        "errors": list(parsed.errors),
+    }
 
 
 def take_observations(

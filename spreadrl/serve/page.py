@@ -125,7 +125,7 @@ function render(data) {
     const row = el("tr"); const cell = el("td", "no cell changed"); cell.colSpan = 4;
     row.appendChild(cell); body.appendChild(row);
   }
-  SpreadrlTrajectory.render($("steps"), { messages: data.messages, metadata: { cell_changes: data.cell_changes || {} } });
+  SpreadrlTrajectory.render($("steps"), { messages: data.messages, metadata: { cell_changes: data.cell_changes || {}, assistant_turns: data.assistant_turns || {} } });
   $("result").hidden = false;
 }
 

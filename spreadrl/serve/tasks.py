@@ -166,28 +166,43 @@ def run_task(
         "tool_errors": traj.tool_errors,
         "parse_errors": traj.parse_errors,
         "messages": traj.messages,
-        "steps": steps_of(traj.messages),
+        "steps": steps_of(traj.messages, traj.metadata.get("assistant_turns")),
         "cell_changes": traj.metadata.get("cell_changes", {}),
+        "assistant_turns": traj.metadata.get("assistant_turns", {}),
         "changes": changes,
         "output_url": f"/v1/tasks/{task_id}/output.xlsx" if output is not None else None,
         "timings": {k: round(v, 4) for k, v in batch.timings.items()},
     }
 
 
-def steps_of(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """The agent's steps for display: each assistant turn with its parsed call and the observation."""
+def steps_of(
+    messages: list[dict[str, Any]], turns: dict[str, dict[str, Any]] | None = None
+) -> list[dict[str, Any]]:
+    """The agent's steps for display: each assistant turn with its parsed call and the observation.
+
+    ``turns``: the rollout's own reading of each assistant message
+    (``metadata.assistant_turns``, split with the template's markers); messages without
+    one are parsed here with the default markers."""
     from spreadrl.rollout.parsing import parse_assistant_turn
 
     steps: list[dict[str, Any]] = []
-    for message in messages:
+    for index, message in enumerate(messages):
         if message["role"] == "assistant":
-            parsed = parse_assistant_turn(message["content"], None, max_calls=64)
-            steps.append(
-                {
-                    "text": parsed.content,
-                    "reasoning": message.get("reasoning_content") or parsed.reasoning,
+            known = (turns or {}).get(str(index))
+            if known is None:
+                parsed = parse_assistant_turn(message["content"], None, max_calls=64)
+                known = {
+                    "content": parsed.content,
+                    "reasoning_content": message.get("reasoning_content") or parsed.reasoning,
                     "tool_calls": [c.to_json() for c in parsed.tool_calls],
                     "errors": parsed.errors,
+                }
+            steps.append(
+                {
+                    "text": known["content"],
+                    "reasoning": known["reasoning_content"],
+                    "tool_calls": known["tool_calls"],
+                    "errors": known["errors"],
                     "observations": [],
                 }
             )

@@ -277,3 +277,31 @@ def test_serve_splits_a_thinking_models_reply(thinking_tokenizer):
     assert done_.reasoning == "Plan." and done_.finish_reason == "tool_calls"
     assert [c["function"]["name"] for c in done_.tool_calls] == ["write_range"]
     assert json.loads(done_.tool_calls[0]["function"]["arguments"]) == {"range": "A1", "values": 42}
+
+
+def test_each_turn_is_kept_as_read_with_the_templates_markers(thinking_tokenizer):
+    """Viewers show ``metadata.assistant_turns``: under a thinking template the sampled text
+    has no opening <think> (the prompt opened it), so only the template's markers split it."""
+    from spreadrl.rollout.types import Trajectory
+    from spreadrl.serve.tasks import steps_of
+
+    _, t = run_script(thinking_tokenizer)
+    assistant = [i for i, m in enumerate(t.messages) if m["role"] == "assistant"]
+    turns = t.metadata["assistant_turns"]
+    assert sorted(turns, key=int) == [str(i) for i in assistant]
+    read = [turns[str(i)] for i in assistant]
+    assert [
+        (
+            r["reasoning_content"],
+            r["content"],
+            [(c["name"], c["arguments"]) for c in r["tool_calls"]],
+        )
+        for r in read
+    ] == SCRIPT
+    assert all(r["errors"] == [] for r in read)
+    # the saved file keeps them, and the serve page's steps are read from them
+    saved = Trajectory.from_json(json.loads(json.dumps(t.to_json(with_tokens=False))))
+    assert saved.metadata["assistant_turns"] == turns
+    steps = steps_of(t.messages, turns)
+    assert [s["reasoning"] for s in steps] == [r for r, _, _ in SCRIPT]
+    assert [s["text"] for s in steps] == [b for _, b, _ in SCRIPT]

@@ -23,7 +23,7 @@ from fastapi.testclient import TestClient
 from spreadrl.serve.view import create_view_app, find_runs
 from tests.serve.conftest import live_server
 from tests.serve.test_page import CHROMIUM
-from tests.serve.viewer_run import build_run
+from tests.serve.viewer_run import REASONING, build_run
 
 ARTIFACTS = Path(
     os.environ.get("SPREADRL_TEST_ARTIFACTS", Path(__file__).resolve().parents[1] / "artifacts")
@@ -105,6 +105,24 @@ frame.addEventListener("load", async () => {
     const target = rows.find((r) => r.cells[4].textContent === "pass");
     target.click();
     const cell = await waitFor(() => doc.querySelector("#traj-turns table.cell-grid td.changed"), 15000);
+    const reasoning = [...doc.querySelectorAll("#traj-turns .turn")].map((t) => {
+      const d = t.querySelector("details.reasoning");
+      return d ? {open: d.open, summary: d.querySelector("summary").textContent,
+                  text: d.querySelector("pre").textContent} : null;
+    });
+    // a file written before assistant_turns existed: the message alone still shows
+    const run = encodeURIComponent(doc.getElementById("traj-run").value);
+    const shown = await (await fetch("/view/api/trajectory?run=" + run + "&index=" + target.dataset.index)).json();
+    const old = JSON.parse(JSON.stringify(shown.trajectory));
+    delete old.metadata.assistant_turns;
+    const box = doc.createElement("div");
+    frame.contentWindow.eval("SpreadrlTrajectory").render(box, old);  // a const, not a window property
+    const oldFile = {
+      reasoning: [...box.querySelectorAll("details.reasoning pre")].map((p) => p.textContent),
+      calls: [...box.querySelectorAll("pre.call")].map((p) => p.textContent),
+      text: [...box.querySelectorAll("pre.model-text")].map((p) => p.textContent),
+    };
+    doc.querySelector("#traj-turns details.reasoning").open = true;  // for the screenshot
     doc.getElementById("trajectories").scrollIntoView();
     report({
       charts: [...doc.querySelectorAll("#charts .chart")].map((c) => c.dataset.title),
@@ -116,6 +134,8 @@ frame.addEventListener("load", async () => {
       grid: [...doc.querySelectorAll("#traj-turns table.cell-grid td.changed")].map(
         (td) => [td.dataset.cell, td.querySelector(".before").textContent, td.querySelector(".after").textContent]),
       head: doc.getElementById("traj-head").textContent,
+      reasoning: reasoning,
+      oldFile: oldFile,
     });
   } catch (err) { report({error: String(err)}); }
 });
@@ -182,6 +202,17 @@ def test_viewer_page_in_chromium_shows_curves_reports_and_a_changed_cell(run_dir
     assert seen["reportHead"] == ["metric", "A: eval-sft", "B: eval-grpo", "B - A"]
     assert seen["listed"] == 12
     assert seen["turns"] == 3 and seen["calls"][1].startswith("write_range ")
+    # the second turn's reasoning, collapsed, apart from its text and call
+    assert seen["reasoning"][0] is None and seen["reasoning"][2] is None
+    assert seen["reasoning"][1] == {
+        "open": False,
+        "summary": f"reasoning ({len(REASONING)} characters)",
+        "text": REASONING,
+    }
+    assert seen["oldFile"]["reasoning"] == [REASONING]  # from the message's reasoning_content
+    assert seen["oldFile"]["calls"] == seen["calls"]
+    assert "Now the revenue column." in seen["oldFile"]["text"]
+    assert not any("think>" in t for t in seen["oldFile"]["text"])
     assert seen["grid"][0] == ["D2", "\u2205", "=B2*C2"]
     assert [g[0] for g in seen["grid"]] == ["D2", "D3", "D4", "D5", "D6"]
     assert "passed" in html.unescape(seen["head"])

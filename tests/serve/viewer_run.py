@@ -32,10 +32,11 @@ class ScriptPolicy:
         return out
 
 
+REASONING = "Revenue is units times price: one formula per row, D2 to D6."
 GOOD = [
     "I will look at the data first.\n"
     + format_tool_call("inspect_range", {"ranges": ["Sheet1!A1:C6"]}),
-    "Now the revenue column.\n"
+    f"<think>\n{REASONING}\n</think>\n\nNow the revenue column.\n"
     + format_tool_call(
         "write_range", {"range": "D2:D6", "values": [[f"=B{r}*C{r}"] for r in range(2, 7)]}
     ),

@@ -121,11 +121,37 @@ const SpreadrlTrajectory = (() => {
     return call.name + " " + JSON.stringify(call.arguments);
   }
 
+  /* One assistant turn as shown. Files from a rollout carry its own reading of each turn
+     (metadata.assistant_turns: content, reasoning_content, tool_calls, errors), split with
+     the markers of the model's chat template, which this page cannot know. Older files
+     have only the message: its <tool_call> blocks are parsed here and its
+     reasoning_content field, when present, is the reasoning. */
+  function assistantTurn(message, known) {
+    if (known) {
+      return {
+        reasoning: known.reasoning_content || null,
+        text: String(known.content || "").trim(),
+        calls: (known.tool_calls || []).map((c) => ({ name: c.name, arguments: c.arguments, raw: "" })),
+        errors: known.errors || [],
+      };
+    }
+    const parsed = parseAssistant(message.content);
+    return { reasoning: message.reasoning_content || null, text: parsed.text, calls: parsed.calls, errors: [] };
+  }
+
+  function reasoningBlock(text) {
+    const d = el("details", null, "reasoning");  // collapsed: reasoning can be long
+    d.appendChild(el("summary", "reasoning (" + text.length + " characters)"));
+    d.appendChild(el("pre", text));
+    return d;
+  }
+
   /* Render a trajectory ({messages, metadata.cell_changes, ...}) into `container`. */
   function render(container, traj) {
     container.replaceChildren();
     const messages = traj.messages || [];
     const changes = (traj.metadata && traj.metadata.cell_changes) || {};
+    const known = (traj.metadata && traj.metadata.assistant_turns) || {};
     let turn = null;
     let number = 0;
     messages.forEach((m, i) => {
@@ -144,9 +170,14 @@ const SpreadrlTrajectory = (() => {
         turn = el("div", null, "turn");
         turn.dataset.turn = String(number);
         turn.appendChild(el("h4", "Turn " + number));
-        const parsed = parseAssistant(m.content);
-        if (parsed.text) turn.appendChild(el("pre", parsed.text, "model-text"));
-        for (const call of parsed.calls) turn.appendChild(el("pre", callText(call), "call"));
+        const shown = assistantTurn(m, known[String(i)]);
+        if (shown.reasoning) turn.appendChild(reasoningBlock(String(shown.reasoning)));
+        if (shown.text) turn.appendChild(el("pre", shown.text, "model-text"));
+        for (const call of shown.calls) {
+          const ran = !shown.errors.length;
+          turn.appendChild(el("pre", callText(call) + (ran ? "" : "  (not run)"), ran ? "call" : "call not-run"));
+        }
+        for (const error of shown.errors) turn.appendChild(el("p", "parse error: " + error, "parse-error"));
         container.appendChild(turn);
       } else {
         const target = turn || container;
@@ -156,5 +187,5 @@ const SpreadrlTrajectory = (() => {
     });
   }
 
-  return { render: render, cellGrid: cellGrid, parseAssistant: parseAssistant, el: el };
+  return { render: render, cellGrid: cellGrid, parseAssistant: parseAssistant, assistantTurn: assistantTurn, el: el };
 })();
