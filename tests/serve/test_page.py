@@ -57,6 +57,10 @@ frame.addEventListener("load", async () => {
         summary: doc.getElementById("summary").textContent,
         steps: [...doc.querySelectorAll("#steps .turn")].map(s => s.textContent),
         calls: [...doc.querySelectorAll("#steps pre.call")].map(p => p.textContent),
+        reasoning: [...doc.querySelectorAll("#steps .turn")].map(t => {
+          const d = t.querySelector("details.reasoning");
+          return d ? [d.open, d.querySelector("pre").textContent] : null;
+        }),
         changes: [...doc.querySelectorAll("#changes tbody tr")].map(r => [...r.cells].map(c => c.textContent)),
         href: link.getAttribute("href"),
         download: download,
@@ -98,7 +102,8 @@ def test_page_uploads_runs_and_shows_steps_in_chromium(app_factory, tiny_policy,
         tiny_policy[1],
         [
             tool_call("write_cell", cell="C1", value="total"),
-            tool_call("write_cell", cell="C2", value="=SUM(B2:B4)"),
+            "<think>\nThe total of B goes under its label.\n</think>\n\n"
+            + tool_call("write_cell", cell="C2", value="=SUM(B2:B4)"),
             "Done: the total is in C2.",
         ],
     )
@@ -120,6 +125,8 @@ def test_page_uploads_runs_and_shows_steps_in_chromium(app_factory, tiny_policy,
         'write_cell {"cell":"C1","value":"total"}',
         'write_cell {"cell":"C2","value":"=SUM(B2:B4)"}',
     ]
+    # the second turn's reasoning, collapsed, read with the tokenizer's chat format
+    assert seen["reasoning"] == [None, [False, "The total of B goes under its label."], None]
     assert "wrote 'total' to C1" in seen["steps"][0]
     assert "Done: the total is in C2." in seen["steps"][2]
     assert seen["changes"] == [["Sheet1", "C1", "", "total"], ["Sheet1", "C2", "", "=SUM(B2:B4)"]]

@@ -53,6 +53,16 @@ def test_task_runs_the_agent_and_returns_the_edited_workbook(app_factory, tiny_p
         ]
         assert steps[0]["observations"] == ["wrote 'total' to C1"]
         assert steps[2]["text"] == "The total is in C2." and steps[2]["tool_calls"] == []
+        # the page's trajectory component reads each turn as the rollout read it
+        turns = data["assistant_turns"]
+        assert sorted(turns, key=int) == ["2", "4", "6"]  # the assistant messages' indexes
+        assert turns["2"]["tool_calls"] == steps[0]["tool_calls"]
+        assert turns["6"] == {
+            "content": "The total is in C2.",
+            "reasoning_content": None,
+            "tool_calls": [],
+            "errors": [],
+        }
         assert data["changes"]["cells"] == [
             {"sheet": "Sheet1", "cell": "C1", "before": None, "after": "total"},
             {"sheet": "Sheet1", "cell": "C2", "before": None, "after": "=SUM(B2:B4)"},
