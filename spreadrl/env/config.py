@@ -48,8 +48,13 @@ class EnvConfig(Section):
         10000, "Cells one write_range / fill_formula / format_range / clear_range call may touch."
     )
     max_find_results: int = option(500, "Largest max_results a find_cells call may ask for.")
+    # hybrid, the checker's default, so the reward is the checker's view: IronCalc, plus
+    # Excel's rules and a per-process LibreOffice started only when a cell needs it
+    # (docs/benchmarks.md, "Recalculation fidelity").
     engine: str = option(
-        "ironcalc", "Recalculation engine for recalculate_and_read and scoring (the checker's)."
+        "hybrid",
+        "Recalculation engine for recalculate_and_read and scoring: hybrid (the checker's), "
+        "ironcalc, libreoffice.",
     )
     sandbox_mode: Literal["auto", "strict", "rlimit"] = option(
         "auto",

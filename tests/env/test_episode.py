@@ -158,3 +158,32 @@ def test_every_family_reference_solution_replays_to_one(tmp_path):
         {"name": "clear_range", "arguments": {"range": "A1:Z200"}}
     ])  # fmt: skip
     assert result.reward == 0.0 and result.mismatches
+
+
+def test_the_gym_scores_with_the_checkers_engine_and_starts_no_libreoffice_for_plain_tasks(
+    tmp_path, monkeypatch
+):
+    """env.engine defaults to hybrid (the checker's); its LibreOffice starts only when a
+    cell IronCalc is not trusted on appears, which no family's reference solution has."""
+    from spreadrl.env import recalc
+    from spreadrl.env.recalc.libreoffice import LibreOfficeServer, uno_python
+
+    assert EnvConfig().engine == "hybrid"
+    starts = []
+    monkeypatch.setattr(LibreOfficeServer, "_start", lambda self: starts.append(self))
+    families = [f["name"] for f in describe_families()]
+    tasks = synthesize(tmp_path / "suite", len(families), 5, families=families, verify=False)
+    for task in tasks:
+        case = task.cases[0]
+        result, _ = replay(task, case.index, case.load_solution())
+        assert result.reward == 1.0, (task.id, result.mismatches[:3])
+    assert starts == []
+    if recalc.find_soffice() is not None and uno_python() is not None:
+        # the control: an untrusted cell (TEXT with a format code) does ask for it
+        task = make_task(tmp_path, revenue_answer)
+        replay(
+            task,
+            1,
+            [{"name": "write_range", "arguments": {"range": "E2", "values": '=TEXT(B2,"0.0")'}}],
+        )
+        assert len(starts) == 1
