@@ -103,7 +103,12 @@ def evaluate(
     from spreadrl.env.factory import make_env_pool
     from spreadrl.errors import SpreadrlError
     from spreadrl.eval.report import render_report
-    from spreadrl.eval.runner import load_eval_config, run_eval, save_eval_config
+    from spreadrl.eval.runner import (
+        engine_context_tokens,
+        load_eval_config,
+        run_eval,
+        save_eval_config,
+    )
     from spreadrl.rollout.backends import load_policy
     from spreadrl.rollout.runner import RolloutSettings
 
@@ -133,7 +138,12 @@ def evaluate(
     console = Console()
     task_set = resolve_tasks(tasks, skip_bad=skip_bad)
     policy, tokenizer = load_policy(
-        backend, model, device=device, base_url=base_url, max_batch_size=batch_size
+        backend,
+        model,
+        device=device,
+        base_url=base_url,
+        max_batch_size=batch_size,
+        max_model_len=engine_context_tokens(cfg),
     )
     settings = RolloutSettings.from_config(
         cfg.rollout, seed=seed, max_prompt_tokens=cfg.data.max_prompt_tokens

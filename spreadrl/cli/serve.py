@@ -48,6 +48,12 @@ def serve(
         None, help="Where served tasks' folders go (default: a temporary folder)."
     ),
     device: str = typer.Option("cpu", help="Device of the hf backend: cpu | cuda."),
+    max_model_len: int = typer.Option(
+        None,
+        min=1,
+        help="vllm: the engine's context in tokens, which sizes its KV cache "
+        "(default: the model's own limit, 262,144 for Qwen3-4B-Thinking).",
+    ),
     name: str = typer.Option(
         None, help="Model name reported by /v1/models (default: folder name)."
     ),
@@ -86,7 +92,7 @@ def serve(
         preset=preset,
         env_workers=env_workers,
     )
-    policy, tokenizer = load_policy(backend, model, device=device)
+    policy, tokenizer = load_policy(backend, model, device=device, max_model_len=max_model_len)
     if view is not None and not view.is_dir():
         raise SpreadrlError(f"--view {view}: not a folder; pass a run folder such as runs/demo")
     app = create_app(settings, policy, tokenizer, work_dir=work_dir, view_dir=view)

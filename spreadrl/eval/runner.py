@@ -37,6 +37,18 @@ def load_eval_config(recipe: Path | None, overrides: Sequence[str] = ()) -> GRPO
     return load_config(GRPOConfig, recipe, overrides)
 
 
+def engine_context_tokens(cfg: GRPOConfig) -> int | None:
+    """The context a vLLM engine needs for this eval: prompt budget + response budget.
+
+    Sizing the engine from the recipe keeps its KV cache to what an episode can
+    use; with no prompt budget (``data.max_prompt_tokens: 0``) there is no bound to
+    give, and the engine takes the model's own limit.
+    """
+    if cfg.data.max_prompt_tokens <= 0:
+        return None
+    return cfg.data.max_prompt_tokens + cfg.rollout.max_response_tokens
+
+
 def save_eval_config(
     out_dir: Path, cfg: GRPOConfig, *, recipe: Path | None, run: dict[str, Any]
 ) -> Path:

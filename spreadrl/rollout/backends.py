@@ -17,6 +17,7 @@ def load_policy(
     dtype: str = "auto",
     base_url: str | None = None,
     max_batch_size: int = 64,
+    max_model_len: int | None = None,
 ) -> tuple[Any, Any]:
     """Return ``(policy, tokenizer)``; the tokenizer is None for message-level policies.
 
@@ -24,6 +25,10 @@ def load_policy(
     GRPO builds its rollout policy around the model it trains instead
     (``spreadrl.train.grpo.build_rollout_policy``, whose docstring says why the two
     stay apart).
+
+    ``max_model_len`` (vLLM only) bounds the engine's context, hence its KV cache:
+    eval passes its prompt + response budget; None takes the model's own limit
+    (262,144 positions for Qwen3-4B-Thinking-2507, which many GPUs cannot hold).
     """
     if backend not in BACKENDS:
         raise SpreadrlError(f"unknown backend {backend!r}; choose one of {', '.join(BACKENDS)}")
@@ -51,7 +56,7 @@ def load_policy(
         from transformers import AutoTokenizer
 
         tokenizer = AutoTokenizer.from_pretrained(model)
-        settings = EngineSettings(dtype=dtype)
+        settings = EngineSettings(dtype=dtype, max_model_len=max_model_len)
         return VLLMPolicy(model, settings, stop_token_ids=stop_token_ids(tokenizer)), tokenizer
     from spreadrl.rollout.hf_policy import HFPolicy
 

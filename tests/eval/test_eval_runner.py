@@ -107,3 +107,32 @@ def test_eval_compare_still_dispatches_beside_the_overrides(tmp_path):
     result = runner.invoke(app, ["eval", "compare", str(tmp_path / "a"), str(tmp_path / "b")])
     assert result.exit_code == 0, result.output
     assert "improved cases: 1" in result.output
+
+
+def test_eval_on_vllm_sizes_the_engine_from_the_recipe(tiny_model_dir, tmp_path, monkeypatch):
+    """An eval engine built with the model's own limit (262,144 positions for
+    Qwen3-4B-Thinking) would reserve a KV cache for it; the 4B recipe's prompt +
+    response budget is what an episode can use, so that is what vLLM is given."""
+    import torch
+
+    from tests.rollout import fake_vllm
+
+    fake_vllm.install(monkeypatch)
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    fake_vllm.FakeLLM.instances.clear()
+    recipe = RECIPE.parent / "grpo-tcr-4b.yaml"
+    args = ["eval", "--config", str(recipe), "--backend", "vllm", "--model", str(tiny_model_dir)]
+    args += ["--tasks", "builtin:demo-test", "--samples", "1", "--out", str(tmp_path / "v")]
+    result = runner.invoke(app, [*args, "--max-turns", "1", "env.engine=ironcalc"])
+    assert result.exit_code == 0, result.output
+    (engine,) = fake_vllm.FakeLLM.instances
+    budgets = yaml.safe_load(recipe.read_text())
+    expected = budgets["data"]["max_prompt_tokens"] + budgets["rollout"]["max_response_tokens"]
+    assert engine.kwargs["max_model_len"] == expected == 2560 + 10480
+    # with no prompt budget there is no bound to give: the model's own limit
+    fake_vllm.FakeLLM.instances.clear()
+    args[2] = str(RECIPE)  # tiny-cpu: data.max_prompt_tokens 0
+    args[-1] = str(tmp_path / "w")
+    result = runner.invoke(app, [*args, "--max-turns", "1"])
+    assert result.exit_code == 0, result.output
+    assert fake_vllm.FakeLLM.instances[0].kwargs["max_model_len"] is None

@@ -91,3 +91,24 @@ def test_serve_process_answers_then_stops_cleanly_on_sigterm(tiny_model_dir):
     # uvicorn shuts down gracefully, then re-raises the signal it caught, so the exit is -SIGTERM
     assert proc.returncode in (0, -signal.SIGTERM), log
     assert "Application shutdown complete" in log
+
+
+def test_serve_on_vllm_passes_the_context_to_the_engine(tiny_model_dir, monkeypatch):
+    """--max-model-len reaches vllm.LLM (the fake refuses arguments real vLLM 0.33 refuses);
+    uvicorn is stubbed: the engine is built before the server would start."""
+    import torch
+    import uvicorn
+
+    from spreadrl.cli.main import app
+    from tests.rollout import fake_vllm
+
+    fake_vllm.install(monkeypatch)
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    started = []
+    monkeypatch.setattr(uvicorn, "run", lambda app_, **kw: started.append(kw["port"]))
+    fake_vllm.FakeLLM.instances.clear()
+    args = ["serve", "--model", str(tiny_model_dir), "--backend", "vllm", "--port", "8123"]
+    result = CliRunner().invoke(app, [*args, "--max-model-len", "16384"])
+    assert result.exit_code == 0, result.output
+    assert started == [8123]
+    assert fake_vllm.FakeLLM.instances[-1].kwargs["max_model_len"] == 16384
