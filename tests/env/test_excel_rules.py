@@ -11,6 +11,8 @@ import pytest
 from spreadrl.env.recalc.excel_rules import (
     UNKNOWN,
     decode_escapes,
+    function_calls,
+    mask_strings,
     rewrite_calls,
     rewrite_formula,
     rewrite_intersections,
@@ -84,6 +86,30 @@ def _cells(values: dict[str, Any]):
 )
 def test_rewrite_calls(formula: str, values: dict[str, Any], rewritten: str) -> None:
     assert rewrite_calls(formula, _cells(values)) == rewritten
+
+
+def test_function_calls_reads_nesting_strings_and_arrays() -> None:
+    formula = '=IF(A1,_xlfn.TEXT(B1,"0,0(x"),SUM({1,2;3,4},MAX()))&LEN(C1'
+    code = mask_strings(formula)
+    calls = [
+        (name, formula[start:end], [formula[a:b] for a, b in spans])
+        for name, start, end, spans in function_calls(code)
+    ]
+    assert calls == [
+        ("IF", formula[1:-7], ["A1", '_xlfn.TEXT(B1,"0,0(x")', "SUM({1,2;3,4},MAX())"]),
+        ("TEXT", '_xlfn.TEXT(B1,"0,0(x")', ["B1", '"0,0(x"']),
+        ("SUM", "SUM({1,2;3,4},MAX())", ["{1,2;3,4}", "MAX()"]),
+        ("MAX", "MAX()", []),
+    ]  # LEN( is never closed: not listed
+
+
+def test_function_calls_of_a_deeply_nested_formula() -> None:
+    """One pass with a stack: 1,300 nested calls (8,000 characters, hostile input) are read
+    whole; a rescan per call was quadratic."""
+    formula = "=" + "YEAR(" * 1300 + "A1" + ")" * 1300
+    calls = function_calls(mask_strings(formula))
+    assert len(calls) == 1300 and calls[0][1:3] == (1, len(formula))
+    assert calls[-1][3] == [(1 + 5 * 1300, 3 + 5 * 1300)]
 
 
 def test_rewrite_formula_returns_the_same_object_when_nothing_applies() -> None:

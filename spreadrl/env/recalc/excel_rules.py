@@ -67,8 +67,8 @@ _NUMBER_LITERAL = re.compile(r"^[-+]?(?:\d+\.?\d*|\.\d+)(?:[Ee][-+]?\d+)?$")
 # Text Excel reads as a number (currency, thousands separators, percent, exponent).
 _NUMERIC_TEXT = re.compile(r"^[-+]?\$?(?:\d{1,3}(?:,\d{3})+|\d*)(?:\.\d*)?(?:[Ee][-+]?\d+)?%?$")
 _BASE_DIGITS = {"BIN": "[01]", "OCT": "[0-7]", "HEX": "[0-9A-Fa-f]"}
-_DEC2 = re.compile(r"^(?:_XLFN\.)?DEC2(?:BIN|OCT|HEX)$")
-_BASE2 = re.compile(r"^(?:_XLFN\.)?(BIN|OCT|HEX)2(?:BIN|OCT|DEC|HEX)$")
+_DEC2 = re.compile(r"^DEC2(?:BIN|OCT|HEX)$")
+_BASE2 = re.compile(r"^(BIN|OCT|HEX)2(?:BIN|OCT|DEC|HEX)$")
 _DATE_PARTS = frozenset({"YEAR", "MONTH", "DAY"})
 _CALL = re.compile(r"(?<![A-Za-z0-9_.])((?:_xlfn\.)?[A-Za-z][A-Za-z0-9.]*)\s*\(", re.IGNORECASE)
 # Cheap pre-test: could any rule apply to this formula?
@@ -90,7 +90,7 @@ def decode_escapes(formula: str) -> str:
     return _STRING.sub(literal, formula)
 
 
-def _mask(formula: str) -> str:
+def mask_strings(formula: str) -> str:
     """``formula`` with string-literal contents blanked (same length), so code searches skip them."""
     return _STRING.sub(lambda m: '"' + "x" * (len(m.group(0)) - 2) + '"', formula)
 
@@ -146,7 +146,7 @@ def _intersect(left: str, right: str, own_sheet: str | None) -> str | None:
 def rewrite_intersections(formula: str, own_sheet: str | None = None) -> str:
     """``formula`` with each ``ref ref`` intersection replaced by its range or ``#NULL!``."""
     for _ in range(20):  # chains (A B C) resolve one pair per pass
-        masked = _mask(formula)
+        masked = mask_strings(formula)
         match = _INTERSECTION.search(masked)
         if match is None:
             break
@@ -154,33 +154,43 @@ def rewrite_intersections(formula: str, own_sheet: str | None = None) -> str:
         if merged is None:
             break
         formula = formula[: match.start()] + merged + formula[match.end() :]
-    while (match := _NULL_CHAIN.search(_mask(formula))) is not None:
+    while (match := _NULL_CHAIN.search(mask_strings(formula))) is not None:
         formula = formula[: match.start()] + "#NULL!" + formula[match.end() :]
     return formula
 
 
-def _calls(masked: str) -> list[tuple[str, int, int, list[tuple[int, int]]]]:
-    """(upper-case name, start, end, argument spans) of every function call in ``masked``."""
+def function_calls(code: str) -> list[tuple[str, int, int, list[tuple[int, int]]]]:
+    """(name, start, end, argument spans) of every function call in ``code``, by start.
+
+    ``code`` must have its string literals blanked (:func:`mask_strings`). Names are
+    upper case without an ``_xlfn.`` prefix; ``,`` or ``;`` separate arguments. One pass
+    with a stack, linear in the formula's length: formulas are hostile input, and a
+    rescan per call took 0.4 s on one 8,000-character formula of 1,300 nested calls.
+    Calls left open at the end (an unbalanced formula) are not listed.
+    """
+    starts = {m.end() - 1: m for m in _CALL.finditer(code)}
     found = []
-    for match in _CALL.finditer(masked):
-        depth, start, spans = 1, match.end(), []
-        i = start
-        while i < len(masked) and depth:
-            char = masked[i]
-            if char in "({":
-                depth += 1
-            elif char in ")}":
-                depth -= 1
-            elif char == "," and depth == 1:
-                spans.append((start, i))
-                start = i + 1
-            i += 1
-        if depth:
-            continue  # unbalanced: not a formula we can read
-        spans.append((start, i - 1))
-        if len(spans) == 1 and not masked[spans[0][0] : spans[0][1]].strip():
-            spans = []
-        found.append((match.group(1).upper(), match.start(), i, spans))
+    stack: list[list[Any]] = []  # [name or None, start, start of the current argument, spans]
+    for i, char in enumerate(code):
+        if char == "(" or char == "{":
+            call = starts.get(i) if char == "(" else None
+            name = call.group(1).upper() if call else None
+            if name is not None and name.startswith(("_XLFN.", "_XLWS.")):
+                name = name[6:]
+            stack.append([name, call.start() if call else i, i + 1, []])
+        elif char in ",;" and stack:
+            frame = stack[-1]
+            frame[3].append((frame[2], i))
+            frame[2] = i + 1
+        elif char in ")}" and stack:
+            name, start, argument_start, spans = stack.pop()
+            if name is None:
+                continue
+            spans.append((argument_start, i))
+            if len(spans) == 1 and not code[argument_start:i].strip():
+                spans = []
+            found.append((name, start, i + 1, spans))
+    found.sort(key=lambda call: call[1])
     return found
 
 
@@ -253,9 +263,9 @@ def _call_rule(name: str, args: list[Any]) -> tuple[str, str] | None:
 
 def rewrite_calls(formula: str, value_of: ValueOf) -> str:
     """``formula`` with the calls Excel's argument rules decide replaced (see the module doc)."""
-    masked = _mask(formula)
+    masked = mask_strings(formula)
     edits: list[tuple[int, int, str]] = []
-    for name, start, end, spans in _calls(masked):
+    for name, start, end, spans in function_calls(masked):
         if not (_DEC2.match(name) or _BASE2.match(name) or name in _DATE_PARTS):
             continue
         args = [_argument(formula[a:b], value_of) for a, b in spans]

@@ -72,27 +72,6 @@ def _is_error(value: Any) -> bool:
     return isinstance(value, str) and bool(_ERROR_LIKE.match(value))
 
 
-def _calls(code: str, name: str) -> list[list[str]]:
-    """Top-level argument lists of every call of function ``name`` in ``code`` (strings blanked)."""
-    found = []
-    for match in re.finditer(r"(?<![A-Z0-9_.])(?:_XLFN\.)?" + name + r"\s*\(", code):
-        depth, args, start = 1, [], match.end()
-        i = start
-        while i < len(code) and depth:
-            char = code[i]
-            if char in "({":
-                depth += 1
-            elif char in ")}":
-                depth -= 1
-            elif char in ",;" and depth == 1:
-                args.append(code[start:i].strip())
-                start = i + 1
-            i += 1
-        args.append(code[start : i - 1].strip())
-        found.append([a for a in args] if args != [""] else [])
-    return found
-
-
 # formulas 1.3 reproduces Excel on every BIN2*/OCT2*/HEX2* cell of the development corpus,
 # where IronCalc misses 9% (#VALUE! for #NUM!) and LibreOffice more; on DEC2* it is worse
 # than IronCalc (negative numbers with places), so DEC2* stays with IronCalc.
@@ -100,23 +79,33 @@ BASE_FUNCTIONS = re.compile(r"(?<![A-Z0-9_.])(?:BIN|OCT|HEX)2(?:BIN|OCT|DEC|HEX)
 BASE_REASON = "base conversion (recomputed by formulas)"
 
 
+_LISTED = re.compile(r"(?:YEARFRAC|TEXT|MATCH|LOOKUP)\s*\(")
+
+
 def distrust_reason(formula: str) -> str:
     """Why IronCalc's value of ``formula`` cannot be trusted to be Excel's ('' when it can)."""
+    from spreadrl.env.recalc.excel_rules import function_calls
+
     code = _STRING.sub('""', formula.upper())
     if "(" not in code:
         return ""
     if BASE_FUNCTIONS.search(code):
         return BASE_REASON
-    if any(len(args) >= 3 for args in _calls(code, "YEARFRAC")):
+    if not _LISTED.search(code):
+        return ""
+    calls: dict[str, list[list[str]]] = {}
+    for name, _start, _end, spans in function_calls(code):
+        calls.setdefault(name, []).append([code[a:b].strip() for a, b in spans])
+    if any(len(args) >= 3 for args in calls.get("YEARFRAC", [])):
         return "YEARFRAC with a basis"
-    if _calls(code, "TEXT"):
+    if "TEXT" in calls:
         return "TEXT format codes"
-    if any(len(args) >= 3 and args[2].replace(" ", "") == "-1" for args in _calls(code, "MATCH")):
+    if any(len(args) >= 3 and args[2].replace(" ", "") == "-1" for args in calls.get("MATCH", [])):
         return "MATCH -1"
-    if _calls(code, "LOOKUP"):
+    if "LOOKUP" in calls:
         return "LOOKUP vector/array form"
     for name in ("VLOOKUP", "HLOOKUP"):
-        for args in _calls(code, name):
+        for args in calls.get(name, []):
             if len(args) < 4 or args[3] not in ("FALSE", "0"):
                 return f"{name} approximate match"
     return ""
