@@ -10,7 +10,7 @@ from spreadrl.data.synth import describe_families, synthesize
 from spreadrl.env.config import EnvConfig
 from spreadrl.env.episode import SpreadsheetEnv, replay
 from spreadrl.env.types import ToolCall
-from spreadrl.errors import SpreadrlError
+from spreadrl.errors import SpreadrlError, WorkbookError
 from tests.env.gym_helpers import make_task, revenue_answer
 
 SOLUTION = [
@@ -163,14 +163,21 @@ def test_every_family_reference_solution_replays_to_one(tmp_path):
 def test_the_gym_scores_with_the_checkers_engine_and_starts_no_libreoffice_for_plain_tasks(
     tmp_path, monkeypatch
 ):
-    """env.engine defaults to hybrid (the checker's); its LibreOffice starts only when a
-    cell IronCalc is not trusted on appears, which no family's reference solution has."""
+    """env.engine defaults to hybrid (the checker's); its LibreOffice is asked (and started)
+    only when a cell IronCalc is not trusted on appears, which no family's solution has."""
     from spreadrl.env import recalc
     from spreadrl.env.recalc.libreoffice import LibreOfficeServer, uno_python
 
     assert EnvConfig().engine == "hybrid"
+    # The server starts inside convert() on its first call (one per process, kept after):
+    # counting convert() calls is order-independent (an earlier test may have started it).
     starts = []
-    monkeypatch.setattr(LibreOfficeServer, "_start", lambda self: starts.append(self))
+
+    def convert(self, src, dst):
+        starts.append(src)
+        raise WorkbookError("not in this test")
+
+    monkeypatch.setattr(LibreOfficeServer, "convert", convert)
     families = [f["name"] for f in describe_families()]
     tasks = synthesize(tmp_path / "suite", len(families), 5, families=families, verify=False)
     for task in tasks:
