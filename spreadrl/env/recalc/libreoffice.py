@@ -87,7 +87,11 @@ class LibreOfficeServer:
         return json.loads(line)
 
     def _start(self) -> None:
-        self._profile = tempfile.TemporaryDirectory(prefix="spreadrl-lo-profile-")
+        # soffice.bin can still be writing its profile for a moment after the kill in
+        # close(): a failed cleanup must not print a traceback at the process's exit
+        self._profile = tempfile.TemporaryDirectory(
+            prefix="spreadrl-lo-profile-", ignore_cleanup_errors=True
+        )
         helper = Path(__file__).with_name("uno_helper.py")
         self._proc = subprocess.Popen(
             [self.python, str(helper), self.soffice, self._profile.name],
