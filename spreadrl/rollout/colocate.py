@@ -24,9 +24,18 @@ Under FSDP each full tensor is gathered when it is sent; a LoRA policy is
 merged for the export and unmerged after, so vLLM serves the function the
 trainer computes (vLLM never sees the adapter).
 
-Not handled: engines on other GPUs than the trainer (vLLM's ``nccl`` backend)
-and one engine per rank under torchrun (there vLLM runs in the trainer's
-process, where CUDA IPC handles cannot be opened); the recipe refuses both.
+Under torchrun every rank has its own engine, in its own process, on the rank's
+GPU (:class:`spreadrl.rollout.vllm_policy.EngineSettings` ``local_rank``), and
+every rank is the sender to its own engine: vLLM's trainer-side ipc engine
+all-gathers the handles of all ranks over the default process group and the
+sender ships the merged ``{GPU UUID: handle}`` map
+(vllm/distributed/weight_transfer/ipc_engine.py:339-376); each engine's worker
+opens only the handle of its own physical GPU, by UUID, rebuilt on its own device
+index (ipc_engine.py:220-237, packed_tensor.py:460-471). So rank r's engine maps
+rank r's copy, on the GPU they share. Coded against vLLM 0.33.0's source, never
+run on a GPU (docs/vllm.md).
+
+Not handled: engines on other GPUs than the trainer (vLLM's ``nccl`` backend).
 """
 
 from __future__ import annotations
@@ -139,7 +148,12 @@ class ColocatedRollouts:
         from vllm.distributed.weight_transfer import WeightTransferTrainerFactory
         from vllm.distributed.weight_transfer.ipc_engine import IPCTrainerInitInfo
 
-        # rank 0 is the sender, the one process that drives the engine's RPCs
+        # TrainerInitInfo.rank 0 is the sender, the process that drives the engine's RPCs
+        # (base.py:202-204). vLLM's design is N trainer ranks feeding one engine whose
+        # workers span their GPUs; here each torchrun rank drives an engine of its own,
+        # so every rank is rank 0 of its pair. All ranks still run the handle
+        # all-gather and barriers in lockstep (ipc_engine.py:339-386): every rank calls
+        # this on the same steps, with the same tensors in the same order.
         info = IPCTrainerInitInfo(rank=0, packed=self.packed)
         return WeightTransferTrainerFactory.trainer_init(
             info, client=EngineClient(self.policy.llm), source=weight_source(model)

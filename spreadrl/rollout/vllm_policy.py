@@ -15,8 +15,9 @@ Weight sync for a colocated trainer lives in :mod:`spreadrl.rollout.colocate`.
 
 from __future__ import annotations
 
+import contextlib
 import os
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -66,7 +67,10 @@ class EngineSettings:
     ``max_model_len`` bounds the KV cache: a model's own limit (262,144 positions for
     Qwen3-4B-Thinking-2507) would not fit beside the trainer, so recipes pass
     prompt budget + response budget. ``weight_transfer`` ("ipc") turns on vLLM's RL
-    weight-transfer engine for a colocated trainer; None serves fixed weights."""
+    weight-transfer engine for a colocated trainer; None serves fixed weights.
+
+    ``local_rank`` is set under torchrun: the engine then belongs to that rank and
+    lives on its GPU (see :func:`engine_kwargs` and :func:`engine_process_env`)."""
 
     max_model_len: int | None = None
     gpu_memory_utilization: float = 0.9
@@ -75,6 +79,65 @@ class EngineSettings:
     tensor_parallel_size: int = 1
     dtype: str = "auto"
     weight_transfer: str | None = None
+    local_rank: int | None = None
+
+
+# what torchrun sets for its workers (torch.distributed.elastic), besides TORCHELASTIC_*
+TORCHRUN_VARS = (
+    "RANK",
+    "LOCAL_RANK",
+    "WORLD_SIZE",
+    "LOCAL_WORLD_SIZE",
+    "GROUP_RANK",
+    "GROUP_WORLD_SIZE",
+    "ROLE_RANK",
+    "ROLE_NAME",
+    "ROLE_WORLD_SIZE",
+    "MASTER_ADDR",
+    "MASTER_PORT",
+)
+
+
+def _launcher_var(name: str) -> bool:
+    return name in TORCHRUN_VARS or name.startswith("TORCHELASTIC_")
+
+
+@contextlib.contextmanager
+def engine_process_env(settings: EngineSettings) -> Iterator[None]:
+    """``os.environ`` as a torchrun rank's own engine process should inherit it.
+
+    vLLM starts its engine core process inside ``LLM()`` (multiprocessing, spawn once
+    CUDA is initialised), and that process inherits this process's environment. An
+    engine of one GPU runs vLLM's "uni" executor, which joins a process group of its
+    own (world size 1, a fresh file store: vllm/v1/executor/uniproc_executor.py:77-88)
+    and reads none of torchrun's variables on that path. They are removed anyway for
+    the spawn, so no fallback can join the trainers' rendezvous: vLLM reads
+    ``LOCAL_RANK`` when no local rank is given (vllm/envs.py:808,
+    vllm/distributed/parallel_state.py:2005), and torch's tcp:// and env://
+    rendezvous turn into agent-store clients under ``TORCHELASTIC_USE_AGENT_STORE``
+    (the tcp:// path is vLLM's on ROCm with AITER, network_utils.py:157).
+    ``VLLM_CACHE_ROOT`` gets a folder per local rank: every engine is rank 0 of its own
+    world, so all of them would otherwise compile into the same
+    ``torch_compile_cache/<hash>/rank_0_0`` at once (vllm/compilation/backends.py:1086-1105).
+    Restored as soon as ``LLM()`` returns; a no-op in a single process."""
+    if settings.local_rank is None:
+        yield
+        return
+    root = os.environ.get("VLLM_CACHE_ROOT") or os.path.join(  # vllm/envs.py:714-718, 340-344
+        os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache"),
+        "vllm",
+    )
+    cache_root = os.environ.get("VLLM_CACHE_ROOT")
+    removed = {name: os.environ.pop(name) for name in list(os.environ) if _launcher_var(name)}
+    os.environ["VLLM_CACHE_ROOT"] = os.path.join(root, f"local-rank-{settings.local_rank}")
+    try:
+        yield
+    finally:  # put back only what was changed: other threads keep reading the environment
+        os.environ.update(removed)
+        if cache_root is None:
+            os.environ.pop("VLLM_CACHE_ROOT", None)
+        else:
+            os.environ["VLLM_CACHE_ROOT"] = cache_root
 
 
 def engine_kwargs(model_path: str, settings: EngineSettings) -> dict[str, Any]:
@@ -92,6 +155,12 @@ def engine_kwargs(model_path: str, settings: EngineSettings) -> dict[str, Any]:
     }
     if settings.max_model_len:
         kwargs["max_model_len"] = settings.max_model_len
+    if settings.local_rank is not None:
+        # one engine per torchrun rank, on that rank's GPU: vLLM's device_ids maps the
+        # engine's logical GPU 0 to this visible index (composed with
+        # CUDA_VISIBLE_DEVICES: vllm/engine/arg_utils.py:2141-2180), the GPU torchrun's
+        # LOCAL_RANK selects for the trainer (spreadrl.train.distributed)
+        kwargs["device_ids"] = [settings.local_rank]
     if settings.weight_transfer:
         kwargs["weight_transfer_config"] = {"backend": settings.weight_transfer}
         # CUDA IPC cannot open a handle in the process that exported it: the engine
@@ -119,7 +188,11 @@ class VLLMPolicy:
     ) -> None:
         vllm = import_vllm()
         self.settings = settings or EngineSettings()
-        self.llm = llm if llm is not None else vllm.LLM(**engine_kwargs(model_path, self.settings))
+        if llm is None:
+            kwargs = engine_kwargs(model_path, self.settings)
+            with engine_process_env(self.settings):
+                llm = vllm.LLM(**kwargs)
+        self.llm = llm
         self.vllm = vllm
         self.stop_token_ids = list(stop_token_ids)
         self.sleeping = False

@@ -113,6 +113,8 @@ SURFACE: dict[str, Entry] = {
             "enable_sleep_mode",
             "logprobs_mode",
             "weight_transfer_config",
+            # under torchrun: the rank's GPU, as a visible index (vLLM's --device-ids)
+            "device_ids",
         ),
     ),
     "LLM.members": Members(_LLM, "LLM", ("llm_engine",)),
@@ -169,6 +171,10 @@ SURFACE: dict[str, Entry] = {
     # the ipc backend needs the engine in another process than the trainer (CUDA IPC
     # cannot open a handle in the process that exported it); this switch keeps it there
     "multiprocessing": EnvVar("VLLM_ENABLE_V1_MULTIPROCESSING"),
+    # a torchrun rank's engine is spawned without torchrun's variables (vLLM reads
+    # LOCAL_RANK) and with a compile cache of its own (vllm_policy.engine_process_env)
+    "local_rank": EnvVar("LOCAL_RANK"),
+    "cache_root": EnvVar("VLLM_CACHE_ROOT"),
     # -- vLLM's weight-transfer API for RL trainers (spreadrl.rollout.colocate)
     "weight_transfer": Exports(
         f"{_WT}/__init__.py", ("WeightSource", "ParamMeta", "WeightTransferTrainerFactory")
@@ -190,6 +196,13 @@ SURFACE: dict[str, Entry] = {
         ("init_info", "client", "source"),
     ),
     "send_weights": Params(f"{_WT}/base.py", "TrainerWeightTransferEngine.send_weights"),
+    # under torchrun every rank is the sender to its own engine: the ipc trainer engine
+    # all-gathers every rank's {GPU UUID: handle} and the sender ships the merged map
+    "IPCTrainerWeightTransferEngine": Members(
+        f"{_WT}/ipc_engine.py",
+        "IPCTrainerWeightTransferEngine",
+        ("send_weights", "gpu_uuid", "_all_gather_and_merge_handles"),
+    ),
     # the four methods a trainer-side engine calls on its client (our EngineClient)
     "client.init_weight_transfer_engine": Params(
         f"{_WT}/base.py", "VLLMWeightSyncClient.init_weight_transfer_engine", ("init_info",)

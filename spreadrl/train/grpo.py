@@ -470,12 +470,7 @@ def check_rollout_backend(cfg: GRPOConfig, info: DistInfo) -> None:
             "rollout.backend=vllm needs data.max_prompt_tokens > 0: the engine's KV cache is "
             "sized for data.max_prompt_tokens + rollout.max_response_tokens"
         )
-    if info.world_size > 1:
-        raise ConfigError(
-            "rollout.backend=vllm runs in one process for now (under torchrun vLLM would run "
-            "inside each trainer process, where its ipc weight transfer cannot work); "
-            "run without torchrun, or set rollout.backend=hf"
-        )
+    # under torchrun each rank gets its own engine on its own GPU (build_rollout_policy)
     require_vllm_gpu()
 
 
@@ -486,7 +481,9 @@ def build_rollout_policy(
 
     The vLLM engine is sized from the recipe (``max_model_len`` = prompt budget +
     response budget, ``rollout.vllm_gpu_memory_utilization``), sleeps during the
-    update and receives new weights through vLLM's weight-transfer API.
+    update and receives new weights through vLLM's weight-transfer API. Under
+    torchrun every rank builds its own engine, pinned to the rank's GPU (a fraction
+    of that GPU), seeded per rank, fed the rank's gathered weights (docs/vllm.md).
 
     Why this is not :func:`spreadrl.rollout.backends.load_policy` (which eval and
     serve use): the two take different inputs and must build different things, so
@@ -515,6 +512,8 @@ def build_rollout_policy(
             seed=cfg.seed + info.rank,
             dtype="bfloat16" if cfg.model.dtype == "auto" else cfg.model.dtype,
             weight_transfer="ipc",
+            # under torchrun: one engine per rank, in its own process on the rank's GPU
+            local_rank=info.local_rank if info.enabled else None,
         )
         engine = VLLMPolicy(
             cfg.model.name_or_path, settings, stop_token_ids=stop_token_ids(tokenizer)

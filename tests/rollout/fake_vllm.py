@@ -8,6 +8,15 @@ vLLM enforces: no generation while asleep, weights only between
 ``start_weight_update`` and ``finish_weight_update`` and only into awake
 weights, weight transfer only when the engine was built with a transfer config.
 
+Weights travel as vLLM's ipc backend ships them: each trainer rank contributes
+``{GPU UUID: handle}`` (here the handle is a copy of the tensor), the ranks
+all-gather them over the default process group, the sender (``rank == 0``) ships
+the merged map, and the engine opens only the handle of its own GPU's UUID (and
+fails, as vLLM does, when its GPU is not in the map). A fake engine's GPU is
+``device_ids[0]`` (vLLM's logical GPU 0 when none is given); a fake trainer's is
+CUDA's current device or, on CPU, ``LOCAL_RANK``: the GPU that
+``spreadrl.train.distributed.init_distributed`` selects for a torchrun rank.
+
 ``install(monkeypatch, llm_cls)`` puts the fake package in ``sys.modules``.
 """
 
@@ -16,6 +25,7 @@ from __future__ import annotations
 import collections
 import enum
 import functools
+import os
 import sys
 import types
 from dataclasses import dataclass, field
@@ -28,6 +38,23 @@ SLEEP_TAGS = frozenset(SURFACE["sleep_tags"].values)
 TRANSFER_BACKENDS = SURFACE["WeightTransferConfig.backend"].values
 LOGPROBS_MODES = ("raw_logprobs", *SURFACE["logprobs_mode"].values)  # raw_logprobs: the default
 UPDATE_INFO_KEYS = {"names", "dtype_names", "shapes", "ipc_handles", "tensor_sizes"}
+
+
+def gpu_uuid(index: int | str) -> str:
+    """The fake physical UUID of a visible GPU index (or a UUID given as is)."""
+    return index if isinstance(index, str) else f"GPU-fake-{index}"
+
+
+def launcher_env() -> dict[str, str]:
+    """torchrun's variables and VLLM_CACHE_ROOT as this process's environment has them:
+    what an engine process spawned now would inherit."""
+    return {
+        k: v
+        for k, v in os.environ.items()
+        if k.startswith("TORCHELASTIC_")
+        or k in {"RANK", "LOCAL_RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT"}
+        or k == "VLLM_CACHE_ROOT"
+    }
 
 
 class RequestOutputKind(enum.Enum):
@@ -155,7 +182,13 @@ class FakeLLM:
         enable_sleep_mode: bool = False,
         logprobs_mode: str = "raw_logprobs",
         weight_transfer_config: dict | None = None,
+        device_ids: list[int | str] | None = None,
     ) -> None:
+        if device_ids:  # as EngineArgs._resolve_device_ids checks them
+            if len(set(device_ids)) != len(device_ids):
+                raise ValueError(f"--device-ids must not contain duplicates: {device_ids}")
+            if len({isinstance(i, str) for i in device_ids}) > 1:
+                raise ValueError("--device-ids must not mix integer IDs and UUIDs")
         if logprobs_mode not in LOGPROBS_MODES:
             raise ValueError(f"logprobs_mode {logprobs_mode!r} not in {LOGPROBS_MODES}")
         if weight_transfer_config is not None:
@@ -175,7 +208,12 @@ class FakeLLM:
             "enable_sleep_mode": enable_sleep_mode,
             "logprobs_mode": logprobs_mode,
             "weight_transfer_config": weight_transfer_config,
+            "device_ids": device_ids,
         }
+        # one GPU per engine here (tensor_parallel_size 1): logical GPU 0
+        self.device: int | str = device_ids[0] if device_ids else 0
+        self.spawn_env = launcher_env()  # what vLLM's engine process would inherit
+        self.packed = False
         self.events: list[str] = []
         self.asleep: set[str] = set()
         self.transfer_ready = False
@@ -237,6 +275,7 @@ class FakeLLM:
         info = request["init_info"]
         if set(info) != {"packed"}:
             raise ValueError(f"Invalid init_info: {info}")
+        self.packed = bool(info["packed"])
         self.transfer_ready = True
 
     def start_weight_update(self) -> None:
@@ -255,7 +294,15 @@ class FakeLLM:
             raise ValueError(f"Invalid update_info keys: {sorted(info)}")
         if not len(info["names"]) == len(info["dtype_names"]) == len(info["shapes"]):
             raise ValueError("names, dtype_names and shapes differ in length")
-        self.load_weights(list(zip(info["names"], info["ipc_handles"], strict=True)))
+        mine = gpu_uuid(self.device)
+        handles = info["ipc_handles"]
+        if self.packed:  # one map for the chunk (packed_tensor.packed_ipc_consumer)
+            if not isinstance(handles, dict) or info.get("tensor_sizes") is None:
+                raise ValueError("`tensor_sizes` is required when packed=True")
+            tensors = _own_handle(handles, mine)
+        else:  # one map per parameter (IPCWeightTransferEngine.receive_weights)
+            tensors = [_own_handle(h, mine) for h in handles]
+        self.load_weights(list(zip(info["names"], tensors, strict=True)))
         self.events.append("update")
 
     def finish_weight_update(self, weight_version: str | None = None) -> None:
@@ -266,6 +313,14 @@ class FakeLLM:
 
     def load_weights(self, weights: list[tuple[str, Any]]) -> None:
         self.weights.update(weights)
+
+
+def _own_handle(handles: dict[str, Any], uuid: str) -> Any:
+    if uuid not in handles:
+        raise ValueError(
+            f"IPC handle not found for GPU UUID {uuid}. Available UUIDs: {list(handles)}"
+        )
+    return handles[uuid]
 
 
 # -- vllm.distributed.weight_transfer
@@ -309,14 +364,21 @@ class IPCTrainerInitInfo(TrainerInitInfo):
 
 
 class IPCTrainer:
-    """The trainer-side ipc engine: "handles" are copies of the tensors, standing for
-    the engine process mapping the trainer's memory."""
+    """The trainer-side ipc engine (``IPCTrainerWeightTransferEngine``): "handles" are
+    copies of the tensors, standing for the engine process mapping the trainer's
+    memory, keyed by the trainer's GPU UUID and all-gathered over the default process
+    group like vLLM's (every rank must call ``send_weights`` together)."""
 
     def __init__(self, client: Any, source: WeightSource, is_sender: bool, packed: bool) -> None:
+        import torch
+
         self.client = client
         self.source = source
         self.is_sender = is_sender
         self.packed = packed
+        on_gpu = torch.cuda.is_available()
+        index = torch.cuda.current_device() if on_gpu else int(os.environ.get("LOCAL_RANK", "0"))
+        self.gpu_uuid = gpu_uuid(index)
 
     def send_weights(self) -> None:
         if self.is_sender:
@@ -328,17 +390,48 @@ class IPCTrainer:
         for (_, t), meta in zip(pairs, self.source.metadata, strict=True):
             if tuple(t.shape) != tuple(meta.shape):
                 raise ValueError(f"{meta.name}: shape {tuple(t.shape)} != metadata {meta.shape}")
-        info = {
+        info: dict[str, Any] = {
             "names": names,
             "dtype_names": [str(t.dtype).split(".")[-1] for _, t in pairs],
             "shapes": [list(t.shape) for _, t in pairs],
-            "ipc_handles": [t for _, t in pairs],
         }
-        if self.packed:
+        if self.packed:  # one buffer for the chunk
+            (handle,) = self._all_gather_and_merge_handles([{self.gpu_uuid: [t for _, t in pairs]}])
+            info["ipc_handles"] = handle
             info["tensor_sizes"] = [t.numel() * t.element_size() for _, t in pairs]
+        else:
+            info["ipc_handles"] = self._all_gather_and_merge_handles(
+                [{self.gpu_uuid: t} for _, t in pairs]
+            )
         if self.is_sender:
             self.client.update_weights(info)
             self.client.finish_weight_update()
+        self._post_send_sync()
+
+    def _all_gather_and_merge_handles(self, handles: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        import torch.distributed as dist
+
+        if not dist.is_initialized() or dist.get_world_size() == 1:
+            return handles
+        gathered: list[Any] = [None] * dist.get_world_size()
+        dist.all_gather_object(gathered, handles)
+        dist.barrier()
+        if not self.is_sender:
+            return [{} for _ in handles]
+        merged = []
+        for i in range(len(handles)):
+            one: dict[str, Any] = {}
+            for rank_handles in gathered:
+                one.update(rank_handles[i])
+            merged.append(one)
+        return merged
+
+    @staticmethod
+    def _post_send_sync() -> None:
+        import torch.distributed as dist
+
+        if dist.is_initialized() and dist.get_world_size() > 1:
+            dist.barrier()
 
 
 class WeightTransferTrainerFactory:

@@ -133,13 +133,23 @@ def test_vllm_backend_needs_a_prompt_budget(transformers_vllm, tiny_model_dir, t
         _start(cfg)
 
 
-def test_vllm_backend_under_torchrun_is_refused_with_its_reason(transformers_vllm):
+def test_vllm_backend_under_torchrun_builds_one_engine_per_rank(monkeypatch, tiny_model):
+    # no longer refused: each rank gets an engine of its own, pinned to its GPU
+    # (end to end: tests/train/test_grpo_vllm_torchrun.py)
+    import spreadrl.rollout.vllm_policy as vllm_policy
     from spreadrl.config import load_config
     from spreadrl.train.config import GRPOConfig
     from spreadrl.train.distributed import DistInfo
-    from spreadrl.train.grpo import check_rollout_backend
+    from spreadrl.train.grpo import build_rollout_policy, check_rollout_backend
 
+    fake_vllm.install(monkeypatch)
+    monkeypatch.setattr(vllm_policy, "require_vllm_gpu", vllm_policy.import_vllm)
     cfg = load_config(GRPOConfig, None, VLLM)
-    with pytest.raises(ConfigError, match="torchrun"):
-        check_rollout_backend(cfg, DistInfo(rank=0, world_size=2))
-    check_rollout_backend(cfg, DistInfo())  # one process: fine
+    rank1 = DistInfo(rank=1, world_size=2, local_rank=1, device="cuda:1", launched=True)
+    check_rollout_backend(cfg, rank1)
+    check_rollout_backend(cfg, DistInfo())
+    model, tokenizer = tiny_model
+    engine, colocated = build_rollout_policy(cfg, model, tokenizer, rank1, Console(quiet=True))
+    assert colocated is not None and engine.settings.local_rank == 1
+    assert engine.llm.kwargs["device_ids"] == [1]
+    assert engine.llm.kwargs["seed"] == cfg.seed + 1
