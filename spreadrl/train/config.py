@@ -133,6 +133,11 @@ class OptimConfig(Section):
     micro_batch_tokens: int = option(16384, "Token budget of one micro-batch (dynamic batch size).")
     mini_batch_size: int = option(0, "Sequences per optimizer step (0 = the whole step's batch).")
     ppo_epochs: int = option(1, "Passes over each step's rollouts.")
+    shared_prefix: bool = option(
+        True,
+        "Run the prompt a group's samples share once per micro-batch, its continuations "
+        "against its KV cache (same values; off under gradient checkpointing and FSDP).",
+    )
 
     def validate(self) -> None:
         if self.lr <= 0:

@@ -21,7 +21,7 @@ from spreadrl.data.task import TaskSet
 from spreadrl.rollout.policy import Policy
 from spreadrl.rollout.runner import EnvPoolLike, EpisodeJob, RolloutSettings, run_episodes
 from spreadrl.rollout.types import Trajectory
-from spreadrl.train.batching import Sample
+from spreadrl.train.batching import MIN_SHARED_PREFIX, Sample
 from spreadrl.train.config import GRPOConfig, RewardConfig
 from spreadrl.train.distributed import DistInfo, all_reduce, gathered_params, rank_slice
 from spreadrl.train.held_out import eval_due, held_out_eval
@@ -91,6 +91,7 @@ def update_settings(cfg: GRPOConfig) -> UpdateSettings:
         top_p=cfg.rollout.top_p if cfg.rollout.temperature > 0 else 1.0,
         micro_batch_tokens=optim.micro_batch_tokens,
         mini_batch_size=optim.mini_batch_size,
+        shared_prefix_min=MIN_SHARED_PREFIX if optim.shared_prefix else 0,
         ppo_epochs=optim.ppo_epochs,
         grad_clip=optim.grad_clip,
     )
@@ -249,6 +250,7 @@ def reference_logprobs(
             temperature=us.temperature,
             top_k=us.top_k,
             top_p=us.top_p,
+            shared_prefix_min=us.shared_prefix_min,
         )
 
 
@@ -377,6 +379,7 @@ def train_grpo(
                         temperature=us.temperature,
                         top_k=us.top_k,
                         top_p=us.top_p,
+                        shared_prefix_min=us.shared_prefix_min,
                     )
                     for sample, lp in zip(samples, old, strict=True):
                         sample.old_logprobs = lp

@@ -21,6 +21,13 @@ during PPO epochs) gets a finite log-prob instead of -inf. Entropy (of the
 same distribution, with grad) is computed in the same chunks, only when asked
 for.
 
+Shared prefixes: a micro-batch collated with ``shared_prefix_min``
+(:mod:`spreadrl.train.batching`) carries one prefix row per group of samples
+that share their prompt; the prefix runs through the model once, with grad,
+and the samples' continuations run against its KV cache (see
+:func:`sequence_logprobs`). The update, the old/reference passes and SFT all
+get it from here.
+
 Not handled: models that post-process logits after the output layer (logit
 soft-capping); their log-probs would be those of the raw logits.
 """
@@ -150,6 +157,83 @@ def _head_swapped(model: Any, replacement: Any) -> Iterator[None]:
         model.set_output_embeddings(original)
 
 
+def prefix_sharing(model: Any, min_tokens: int) -> int:
+    """The ``shared_prefix_min`` to collate with for ``model``: ``min_tokens``, or 0 (off)
+    under activation checkpointing and under FSDP.
+
+    Decide before :func:`spreadrl.train.batching.collate`, which cuts the rows.
+    Activation checkpointing: a checkpointed decoder layer drops the KV cache it
+    is given (transformers sets ``past_key_values=None`` there: recomputing the
+    layer in backward would append to the cache a second time), so the
+    continuations could not see their prefix. FSDP2: the prefix pass is a second
+    forward of every layer before one backward; FSDP2's backward hooks (prefetch
+    by forward order, one reduce-scatter per forward) then issue their
+    collectives in an order that differs between ranks, and a two-rank run hung.
+    Both take the plain path, one full row per sample (the same values).
+    """
+    if _is_fsdp(model):
+        return 0
+    for name in ("is_activation_checkpointing", "is_gradient_checkpointing"):  # transformers 5, 4
+        on = getattr(model, name, None)  # a peft wrapper forwards it to its base model
+        if on is not None:
+            return 0 if on else min_tokens
+    return min_tokens
+
+
+def _is_fsdp(model: Any) -> bool:
+    try:
+        from torch.distributed.fsdp import FSDPModule
+    except ImportError:  # torch without FSDP2
+        return False
+    return any(isinstance(m, FSDPModule) for m in model.modules())
+
+
+def _prefix_inputs(model: Any, batch: dict[str, Any], device: Any) -> dict[str, Any]:
+    """Run ``batch``'s prefix rows once; the forward arguments that put each row behind its prefix.
+
+    The prefix rows' KV cache (with grad) is indexed out to the rows
+    (``prefix_index``): backward sums each prefix's gradient over the rows that
+    read it, which is what running the prefix once per row would give. Each row's
+    positions continue from its ``offsets``; the attention mask shows a row only
+    the first ``offsets[r]`` cache slots of its own prefix (none when 0).
+    """
+    import torch
+
+    class PrefixHead(torch.nn.Module):  # the prefix predicts nothing
+        def forward(self, hidden: Any) -> Any:
+            return hidden.new_zeros(())
+
+    prefix_ids = batch["prefix_ids"].to(device)
+    with _head_swapped(model, PrefixHead()):
+        out = model(
+            input_ids=prefix_ids,
+            attention_mask=batch["prefix_attention"].to(device),
+            use_cache=True,
+        )
+    cache = out.past_key_values
+    index = batch["prefix_index"].to(device)
+    for layer in cache.layers:
+        # index_select, not the cache's own ``keys[index]``: on CPU the backward of
+        # advanced indexing accumulates across threads in no fixed order, so two
+        # identical runs would differ in the last bits
+        layer.keys = layer.keys.index_select(0, index)
+        layer.values = layer.values.index_select(0, index)
+    offsets = batch["offsets"].to(device)
+    width = batch["input_ids"].shape[1]
+    slots = torch.arange(prefix_ids.shape[1], device=device)
+    attention = torch.cat(
+        [
+            (slots.unsqueeze(0) < offsets.unsqueeze(1)).long(),
+            batch["attention_mask"].to(device),
+        ],
+        dim=1,
+    )
+    positions = offsets.unsqueeze(1) + torch.arange(width, device=device).unsqueeze(0)
+    return dict(
+        attention_mask=attention, past_key_values=cache, position_ids=positions, use_cache=True
+    )
+
+
 def sequence_logprobs(
     model: Any,
     batch: dict[str, Any],
@@ -169,6 +253,13 @@ def sequence_logprobs(
     drew from (temperature 1, no top-k/top-p for greedy or SFT). With
     ``entropy`` the entropy of that distribution is returned too, with grad.
 
+    When the batch carries prefix rows (collated with ``shared_prefix_min``),
+    they run through the model first and every row runs against its group's
+    KV cache (:func:`_prefix_inputs`): the same values and gradients as the
+    full rows, with each shared prompt computed once per micro-batch instead of
+    once per sample. The result is aligned with the batch's cut rows, like its
+    loss mask.
+
     Raises:
         ValueError: the model has no output layer to stand in for.
     """
@@ -187,13 +278,15 @@ def sequence_logprobs(
         with_entropy=entropy,
         chunk_tokens=chunk_tokens,
     )
+    forward: dict[str, Any] = {
+        "attention_mask": batch["attention_mask"].to(device),
+        "use_cache": False,
+    }
+    if "prefix_ids" in batch:
+        forward = _prefix_inputs(model, batch, device)
     head = _selective_head(model.get_output_embeddings(), positions, targets, kwargs)
     with _head_swapped(model, head):
-        out = model(
-            input_ids=input_ids,
-            attention_mask=batch["attention_mask"].to(device),
-            use_cache=False,
-        ).logits
+        out = model(input_ids=input_ids, **forward).logits
     shape = positions.shape
     if entropy:
         logp_sel, ent_sel = out[:, 0], out[:, 1]

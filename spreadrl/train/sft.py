@@ -14,8 +14,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from spreadrl.train.batching import Sample, collate, pack_by_tokens
-from spreadrl.train.logprobs import sequence_logprobs
+from spreadrl.train.batching import MIN_SHARED_PREFIX, Sample, collate, pack_by_tokens
+from spreadrl.train.logprobs import prefix_sharing, sequence_logprobs
 
 
 def sft_loss_step(
@@ -32,13 +32,20 @@ def sft_loss_step(
     Under FSDP each rank passes its share; normalising by the global token
     count (times the world size, since FSDP averages gradients) gives the
     single-process gradient, and ranks pad to the same number of micro-batches.
-    ``shared_prefix``: see :func:`shared_prefix_nll` (single process only).
+    ``shared_prefix``: run the prefix a micro-batch's conversations share (the
+    system prompt, untrained) once per micro-batch, through the trainer's one
+    log-prob path (:func:`spreadrl.train.logprobs.sequence_logprobs`); the same
+    loss and gradients up to float rounding. Off under activation checkpointing and
+    FSDP (:func:`spreadrl.train.logprobs.prefix_sharing`).
     """
     from spreadrl.train.distributed import all_reduce
 
+    prefix_min = prefix_sharing(model, MIN_SHARED_PREFIX if shared_prefix else 0)
     local = sum(sum(s.mask[1:]) for s in samples)
     total = all_reduce(local)
-    micro = pack_by_tokens(samples, micro_batch_tokens) if samples else []
+    micro = (
+        pack_by_tokens(samples, micro_batch_tokens, shared_prefix_min=prefix_min) if samples else []
+    )
     n_micro = int(all_reduce(len(micro), op="max"))
     loss_sum = 0.0
     for j in range(n_micro):
@@ -48,84 +55,13 @@ def sft_loss_step(
             if real
             else [samples[0] if samples else Sample([pad_id, pad_id], [0, 0])]
         )
-        prefix = common_untrained_prefix(chunk) if shared_prefix and world_size == 1 else 0
-        if prefix >= MIN_SHARED_PREFIX and not _checkpointing(model):
-            nll = shared_prefix_nll(model, chunk, pad_id, prefix) / max(total, 1)
-        else:
-            batch = collate(chunk, pad_id)
-            logp, _ = sequence_logprobs(model, batch)
-            mask = batch["loss_mask"].to(logp.device) * (1.0 if real else 0.0)
-            nll = -(logp * mask).sum() / max(total, 1) * world_size
+        batch = collate(chunk, pad_id, shared_prefix_min=prefix_min)
+        logp, _ = sequence_logprobs(model, batch)
+        mask = batch["loss_mask"].to(logp.device) * (1.0 if real else 0.0)
+        nll = -(logp * mask).sum() / max(total, 1) * world_size
         nll.backward()
         loss_sum += float(nll.detach()) / world_size
     return {"loss": all_reduce(loss_sum), "tokens": float(total)}
-
-
-MIN_SHARED_PREFIX = 32  # below this, one forward over the whole padded batch is as cheap
-
-
-def _checkpointing(model: Any) -> bool:
-    """Activation checkpointing drops the KV cache the shared-prefix path needs."""
-    name = "is_activation_checkpointing"  # transformers 5; is_gradient_checkpointing before
-    if not hasattr(type(model), name):
-        name = "is_gradient_checkpointing"
-    return bool(getattr(model, name, False))
-
-
-def common_untrained_prefix(samples: list[Sample]) -> int:
-    """Tokens every sample starts with, up to the first trained token (and one short of
-    the shortest sample, so each keeps a suffix)."""
-    import os.path
-
-    if len(samples) < 2:
-        return 0
-    common = len(os.path.commonprefix([s.ids for s in samples]))
-    first_trained = min((s.mask.index(1) if 1 in s.mask else len(s.ids)) for s in samples)
-    return max(0, min(common, first_trained, min(len(s.ids) for s in samples) - 1))
-
-
-def shared_prefix_nll(model: Any, samples: list[Sample], pad_id: int, prefix: int) -> Any:
-    """Summed NLL of the trained tokens, running the shared ``prefix`` through the model once.
-
-    SFT conversations of one recipe start with the same system prompt (the tool
-    schemas, hundreds of tokens) and train only on the assistant's turns after
-    it. The prefix is run once with a KV cache, the cache is repeated across the
-    batch (gradients flow back through it to the prefix), and only the suffixes
-    are run against it: the same loss and gradients as the full padded forward,
-    for a fraction of the tokens. The prefix holds no trained token, so its only
-    prediction needed is the last one (for the first suffix token). The suffixes'
-    logits are materialised whole (the model's own head), which suits small
-    vocabularies like the demo's; with a large one leave ``shared_prefix`` off, and
-    the chunked log-prob path (spreadrl.train.logprobs) keeps memory down.
-    """
-    import torch
-
-    device = next(model.parameters()).device
-    head = torch.tensor([samples[0].ids[:prefix]], dtype=torch.long, device=device)
-    out = model(input_ids=head, use_cache=True, logits_to_keep=1)
-    cache = out.past_key_values
-    cache.batch_repeat_interleave(len(samples))
-    tails = [s.ids[prefix:] for s in samples]
-    width = max(len(t) for t in tails)
-    ids = torch.full((len(samples), width), pad_id, dtype=torch.long)
-    attention = torch.zeros((len(samples), prefix + width), dtype=torch.long)
-    mask = torch.zeros((len(samples), width), dtype=torch.float32)
-    attention[:, :prefix] = 1
-    for row, (tail, s) in enumerate(zip(tails, samples, strict=True)):
-        ids[row, : len(tail)] = torch.tensor(tail, dtype=torch.long)
-        attention[row, prefix : prefix + len(tail)] = 1
-        mask[row, : len(tail)] = torch.tensor(s.mask[prefix:], dtype=torch.float32)
-    ids, attention, mask = ids.to(device), attention.to(device), mask.to(device)
-    positions = torch.arange(prefix, prefix + width, device=device).expand(len(samples), -1)
-    logits = model(
-        input_ids=ids, attention_mask=attention, past_key_values=cache, position_ids=positions
-    ).logits
-    # the logits predicting tail token j: the prefix's last position for j = 0, then j - 1
-    first = out.logits[:, -1:].expand(len(samples), 1, -1)
-    trained = mask.bool()  # the log-softmax only where a token is trained
-    logits = torch.cat([first, logits[:, :-1]], dim=1)[trained].float()
-    logp = torch.log_softmax(logits, dim=-1).gather(-1, ids[trained].unsqueeze(-1))
-    return -logp.sum()
 
 
 class EpochOrder:
@@ -172,7 +108,7 @@ def train_sft(
     *,
     console: Any = None,
     on_step: Callable[[int, Any, Any], bool] | None = None,
-    shared_prefix: bool = False,
+    shared_prefix: bool | None = None,
 ) -> Path:
     """Run SFT per ``cfg`` (a spreadrl.train.config.SFTConfig); return the final model folder.
 
@@ -182,7 +118,7 @@ def train_sft(
     (the demo does) without reloading the model or restarting the run per
     check. It must answer alike on every rank. ``shared_prefix``: run the prefix a
     micro-batch's conversations share (the system prompt) once per micro-batch, see
-    :func:`shared_prefix_nll`; single process only, ignored under FSDP.
+    :func:`sft_loss_step`; None = ``cfg.optim.shared_prefix``.
     """
     import torch
     from rich.console import Console
@@ -192,6 +128,8 @@ def train_sft(
     from spreadrl.train.sft_data import load_sft_dataset
 
     console = console or Console()
+    if shared_prefix is None:
+        shared_prefix = cfg.optim.shared_prefix
     run = Run(cfg, console)
     info = run.info
     model, tokenizer = run.build_model()

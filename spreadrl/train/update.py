@@ -4,6 +4,10 @@ Loss aggregation is exact across micro-batches: each micro-batch's loss is
 weighted by its share of the mini-batch (trained tokens for token-mean,
 sequences for seq-mean-token-mean), so gradient accumulation gives the same
 gradient as one big batch would.
+
+Both the update and the no-grad passes run each group's shared prompt once
+per micro-batch (``shared_prefix_min``, see :mod:`spreadrl.train.batching`);
+the values equal the full rows' up to float rounding.
 """
 
 from __future__ import annotations
@@ -12,8 +16,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from spreadrl.train.batching import Sample, collate, pack_by_tokens
-from spreadrl.train.logprobs import sequence_logprobs
+from spreadrl.train.batching import MIN_SHARED_PREFIX, Sample, collate, pack_by_tokens
+from spreadrl.train.logprobs import prefix_sharing, sequence_logprobs
 
 
 @dataclass(frozen=True)
@@ -33,6 +37,7 @@ class UpdateSettings:
     top_p: float = 1.0
     micro_batch_tokens: int = 16384
     mini_batch_size: int = 0  # sequences per optimizer step; 0 = all in one step
+    shared_prefix_min: int = MIN_SHARED_PREFIX  # a group's prompt run once; 0 = off
     ppo_epochs: int = 1
     grad_clip: float = 1.0
 
@@ -46,21 +51,26 @@ def compute_logprobs(
     temperature: float,
     top_k: int = 0,
     top_p: float = 1.0,
+    shared_prefix_min: int = 0,
 ) -> list[list[float]]:
     """Per-target log-probs of each sample under ``model``, without keeping activations.
 
     Only trained positions (mask 1) are computed; the others are 0.
+    ``shared_prefix_min``: run each group's shared prompt once per micro-batch.
     """
     import torch
 
+    prefix_min = prefix_sharing(model, shared_prefix_min)
     out: list[list[float]] = [[] for _ in samples]
     with torch.no_grad():
-        for idx in pack_by_tokens(samples, micro_batch_tokens):
-            batch = collate([samples[i] for i in idx], pad_id)
+        for idx in pack_by_tokens(samples, micro_batch_tokens, shared_prefix_min=prefix_min):
+            batch = collate([samples[i] for i in idx], pad_id, shared_prefix_min=prefix_min)
             logp, _ = sequence_logprobs(model, batch, temperature, top_k=top_k, top_p=top_p)
             logp = logp.float().cpu()
-            for row, i in enumerate(idx):
-                out[i] = logp[row, : len(samples[i].ids) - 1].tolist()
+            offsets = batch["offsets"].tolist() if "offsets" in batch else [0] * len(idx)
+            for row, (i, cut) in enumerate(zip(idx, offsets, strict=True)):
+                own = logp[row, : len(samples[i].ids) - 1 - cut].tolist()
+                out[i] = [0.0] * cut + own  # the cut prefix holds no trained position
     return out
 
 
@@ -100,6 +110,7 @@ def policy_update(
     token_mean = settings.aggregation == "token-mean"
     filler = Sample(ids=[pad_id, pad_id], mask=[0, 0])
     model.train()
+    prefix_min = prefix_sharing(model, settings.shared_prefix_min)
     for _ in range(settings.ppo_epochs):
         order = torch.randperm(len(samples), generator=generator).tolist()
         n_mini = int(all_reduce(-(-len(order) // size), op="max"))
@@ -107,13 +118,17 @@ def policy_update(
             mini = [samples[i] for i in order[m * size : (m + 1) * size]]
             local = sum(_trained(s) for s in mini) if token_mean else len(mini)
             total = all_reduce(local)
-            micro = pack_by_tokens(mini, settings.micro_batch_tokens) if mini else []
+            micro = (
+                pack_by_tokens(mini, settings.micro_batch_tokens, shared_prefix_min=prefix_min)
+                if mini
+                else []
+            )
             n_micro = int(all_reduce(len(micro), op="max"))
             optimizer.zero_grad(set_to_none=True)
             for j in range(n_micro):
                 real = j < len(micro)
                 chunk = [mini[i] for i in micro[j]] if real else [mini[0] if mini else filler]
-                batch = collate(chunk, pad_id)
+                batch = collate(chunk, pad_id, shared_prefix_min=prefix_min)
                 logp, entropy = sequence_logprobs(
                     model,
                     batch,

@@ -10,7 +10,9 @@ import torch.multiprocessing as mp
 from spreadrl.train.batching import Sample
 from spreadrl.train.update import UpdateSettings, policy_update
 
-SETTINGS = UpdateSettings(clip_low=0.2, clip_high=0.28, micro_batch_tokens=40, grad_clip=1e9)
+SETTINGS = UpdateSettings(
+    clip_low=0.2, clip_high=0.28, micro_batch_tokens=40, grad_clip=1e9, shared_prefix_min=4
+)
 
 
 def _samples():
@@ -24,6 +26,26 @@ def _samples():
     return out
 
 
+def _grouped_samples():
+    """GRPO-like groups (a shared prompt, 4 continuations) and two lone samples; 7 per rank."""
+    g = torch.Generator().manual_seed(1)
+    out = []
+    for group in range(3):
+        prompt = torch.randint(5, 60, (8 + 2 * group,), generator=g).tolist()
+        for k in range(4):
+            tail = torch.randint(5, 60, (3 + (k + group) % 3,), generator=g).tolist()
+            mask = [0] * len(prompt) + [1] * len(tail)
+            adv = (-1.0) ** (k + group) * (0.5 + k / 10)
+            out.append(Sample(ids=prompt + tail, mask=mask, advantage=adv, group=group))
+    for k in (0, 1):  # groups of one: nothing shared
+        ids = list(range(5 + k, 17))
+        out.append(Sample(ids=ids, mask=[0] * 6 + [1] * (len(ids) - 6), advantage=0.3, group=9 + k))
+    return out
+
+
+SAMPLES = {"random": _samples, "groups": _grouped_samples}
+
+
 def _model(model_dir):
     from transformers import AutoModelForCausalLM
 
@@ -31,7 +53,7 @@ def _model(model_dir):
     return AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32)
 
 
-def _worker(rank, world, port, model_dir, out_path, aggregation):
+def _worker(rank, world, port, model_dir, out_path, aggregation, kind="random"):
     os.environ.update(
         MASTER_ADDR="127.0.0.1",
         MASTER_PORT=str(port),
@@ -45,7 +67,7 @@ def _worker(rank, world, port, model_dir, out_path, aggregation):
     info = init_distributed("cpu")
     model = shard_model(_model(model_dir), info)
     opt = torch.optim.SGD(model.parameters(), lr=0.5)
-    mine = _samples()[rank::world]
+    mine = SAMPLES[kind]()[rank::world]
     settings = UpdateSettings(**{**SETTINGS.__dict__, "aggregation": aggregation})
     policy_update(model, opt, mine, settings, pad_id=0, world_size=world)
     state = full_state_dict(model)
@@ -61,17 +83,23 @@ def _free_port():
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("aggregation", ["token-mean", "seq-mean-token-mean"])
-def test_two_rank_fsdp_step_equals_single_process_step(tiny_model_dir, tmp_path, aggregation):
+@pytest.mark.parametrize(
+    "aggregation,kind",
+    [("token-mean", "random"), ("seq-mean-token-mean", "random"), ("token-mean", "groups")],
+)
+def test_two_rank_fsdp_step_equals_single_process_step(tiny_model_dir, tmp_path, aggregation, kind):
+    # SETTINGS share prefixes of 4+ tokens: the single process runs the groups' prompts
+    # once (prefix passes); FSDP ranks take the plain path; both must take the same step
     model = _model(tiny_model_dir)
     before = {k: v.clone() for k, v in model.state_dict().items()}
     opt = torch.optim.SGD(model.parameters(), lr=0.5)
     settings = UpdateSettings(**{**SETTINGS.__dict__, "aggregation": aggregation})
-    policy_update(model, opt, _samples(), settings, pad_id=0)
+    policy_update(model, opt, SAMPLES[kind](), settings, pad_id=0)
     single = model.state_dict()
 
     out = tmp_path / "dist.pt"
-    mp.spawn(_worker, args=(2, _free_port(), str(tiny_model_dir), str(out), aggregation), nprocs=2)
+    args = (2, _free_port(), str(tiny_model_dir), str(out), aggregation, kind)
+    mp.spawn(_worker, args=args, nprocs=2)
     dist_state = torch.load(out)
     moved = 0
     for name, value in single.items():

@@ -2,8 +2,8 @@
 
 import torch
 
-from spreadrl.train.batching import Sample
-from spreadrl.train.sft import common_untrained_prefix, sft_loss_step, train_sft
+from spreadrl.train.batching import Sample, common_untrained_prefix
+from spreadrl.train.sft import sft_loss_step, train_sft
 
 
 def _samples(tok):
