@@ -212,7 +212,9 @@ def _prefix_inputs(model: Any, batch: dict[str, Any], device: Any) -> dict[str, 
         )
     cache = out.past_key_values
     index = batch["prefix_index"].to(device)
-    for layer in cache.layers:
+    if not hasattr(cache, "layers"):  # a cache without per-layer tensors
+        cache.batch_select_indices(index)
+    for layer in getattr(cache, "layers", []):
         # index_select, not the cache's own ``keys[index]``: on CPU the backward of
         # advanced indexing accumulates across threads in no fixed order, so two
         # identical runs would differ in the last bits

@@ -246,10 +246,13 @@ def test_old_and_reference_passes_equal_the_plain_path():
 def test_lora_gradients_equal_the_plain_path():
     from peft import LoraConfig, get_peft_model
 
-    model = get_peft_model(
-        _model(seed=5),
-        LoraConfig(r=4, lora_alpha=8, target_modules=["q_proj", "k_proj", "v_proj", "up_proj"]),
-    )
+    from spreadrl.train.setup import peft_wrapping
+
+    with peft_wrapping():
+        model = get_peft_model(
+            _model(seed=5),
+            LoraConfig(r=4, lora_alpha=8, target_modules=["q_proj", "k_proj", "v_proj", "up_proj"]),
+        )
     for name, p in model.named_parameters():  # B starts at zero; move it so A gets gradients
         if "lora_B" in name:
             torch.nn.init.normal_(p, std=0.1)
@@ -263,8 +266,10 @@ def test_lora_gradients_equal_the_plain_path():
 
 
 def test_gradient_checkpointing_takes_the_plain_path():
+    from spreadrl.train.setup import enable_activation_checkpointing
+
     model = _model(seed=7)
-    getattr(model, "activation_checkpointing_enable", model.gradient_checkpointing_enable)()
+    enable_activation_checkpointing(model)
     model.train()
     assert prefix_sharing(model, MIN) == 0
     widths = []
