@@ -65,6 +65,18 @@ def test_fake_classes_have_only_recorded_members():
     assert source_members == set(surface.SURFACE["WeightSource"].names)
 
 
+def test_the_fake_ipc_trainer_has_the_recorded_members(monkeypatch):
+    # the members the torchrun design rests on (every rank a sender, handles by UUID)
+    fake.install(monkeypatch)
+    import torch
+
+    from spreadrl.rollout.colocate import weight_source
+
+    trainer = fake.IPCTrainer(None, weight_source(torch.nn.Linear(1, 1)), True, True)
+    recorded = surface.SURFACE["IPCTrainerWeightTransferEngine"].names
+    assert [n for n in recorded if not hasattr(trainer, n)] == []
+
+
 def test_a_fake_refuses_an_unrecorded_argument():
     with pytest.raises(TypeError):
         fake.FakeLLM("m", max_num_seqs=8)  # a real EngineArgs field, but spreadrl records none
