@@ -35,6 +35,10 @@ from tests.train.test_grpo_vllm_colocated import TransformersLLM
 
 SHIM = Path(__file__).resolve().parent / "vllm_shim"
 VLLM = ["rollout.backend=vllm", "data.max_prompt_tokens=2048", "checkpoint.every_steps=1"]
+# under FSDP the update takes the plain path (train/logprobs.py prefix_sharing), so the
+# single-process reference does too: with the shared-prefix path there, two steps at
+# lr 1e-2 ended up to ~5e-4 apart in the weights (the hf twin of this test, 2026-11-23)
+SAME_UPDATE = ["optim.shared_prefix=false"]
 LAUNCHER_VARS = ("RANK", "LOCAL_RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT")
 
 
@@ -52,7 +56,9 @@ def test_torchrun_vllm_one_engine_per_rank_gets_full_weights(monkeypatch, tiny_m
     with monkeypatch.context() as patch:
         fake_vllm.install(patch, TransformersLLM)
         patch.setattr(vllm_policy, "require_vllm_gpu", vllm_policy.import_vllm)
-        cfg = load_config(GRPOConfig, None, [*_overrides(tiny_model_dir, single, 2), *SEED, *VLLM])
+        cfg = load_config(
+            GRPOConfig, None, [*_overrides(tiny_model_dir, single, 2), *SEED, *VLLM, *SAME_UPDATE]
+        )
         train_grpo(cfg, console=Console(quiet=True))
         (one_engine,) = TransformersLLM.instances
         assert one_engine.kwargs["device_ids"] is None  # one process: vLLM's own placement
@@ -72,6 +78,7 @@ def test_torchrun_vllm_one_engine_per_rank_gets_full_weights(monkeypatch, tiny_m
         *_overrides(tiny_model_dir, two, 2),
         *SEED,
         *VLLM,
+        *SAME_UPDATE,
     ]
     env = {
         **os.environ,
