@@ -25,3 +25,19 @@ class WorkbookError(SpreadrlError):
 
 class MissingDependencyError(SpreadrlError):
     """An optional dependency is needed: the message names the extra to install."""
+
+
+class RunStopped(Exception):  # noqa: N818 -- an outcome, not an error
+    """A training run stopped on a signal after saving a resumable checkpoint.
+
+    Not a :class:`SpreadrlError`: the run did what was asked, so the CLI prints
+    :attr:`message` (where the checkpoint is) and exits 0. Raised on every rank;
+    ``announce`` is true on the one rank that should print it.
+    """
+
+    def __init__(self, message: str, checkpoint: str, step: int, *, announce: bool) -> None:
+        super().__init__(message)
+        self.message = message
+        self.checkpoint = checkpoint
+        self.step = step
+        self.announce = announce

@@ -28,7 +28,9 @@ def grpo(
     """
     from rich.console import Console
 
+    from spreadrl.cli.resume import print_stopped
     from spreadrl.config import dump_config, load_config
+    from spreadrl.errors import RunStopped
     from spreadrl.train.config import GRPOConfig
     from spreadrl.train.grpo import train_grpo
 
@@ -37,5 +39,9 @@ def grpo(
     if print_config:
         console.print(dump_config(cfg), highlight=False)
         return
-    final = train_grpo(cfg, console=console)
+    try:
+        final = train_grpo(cfg, console=console)
+    except RunStopped as stopped:  # SIGINT / SIGTERM: a whole step saved; exit 0
+        print_stopped(console, stopped, "grpo", config, overrides or [])
+        return
     console.print(f"[green]done[/]: final model in {final}")

@@ -14,7 +14,7 @@ from rich.console import Console
 from spreadrl import __version__
 from spreadrl.cli import bench, check, config, data, demo, env, eval, grpo, merge, model, serve, sft
 from spreadrl.cli import view as view_cli
-from spreadrl.errors import SpreadrlError
+from spreadrl.errors import RunStopped, SpreadrlError
 
 app = typer.Typer(
     name="spreadrl",
@@ -87,9 +87,16 @@ def _root(
 
 
 def main() -> None:
-    """Entry point: user errors become one red line and exit code 1, never a traceback."""
+    """Entry point: user errors become one red line and exit code 1, never a traceback;
+    a run stopped by a signal after saving prints where, and exits 0."""
     try:
         app()
     except SpreadrlError as exc:
         Console(stderr=True).print(f"[bold red]error:[/] {exc}", highlight=False)
         sys.exit(1)
+    except RunStopped as stopped:  # a signal stopped training after saving (e.g. in the demo)
+        if stopped.announce:
+            Console(stderr=True).print(
+                stopped.message, highlight=False, markup=False, soft_wrap=True
+            )
+        sys.exit(0)

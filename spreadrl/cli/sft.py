@@ -28,7 +28,9 @@ def sft(
     """
     from rich.console import Console
 
+    from spreadrl.cli.resume import print_stopped
     from spreadrl.config import dump_config, load_config
+    from spreadrl.errors import RunStopped
     from spreadrl.train.config import SFTConfig
     from spreadrl.train.sft import train_sft
 
@@ -37,5 +39,9 @@ def sft(
     if print_config:
         console.print(dump_config(cfg), highlight=False)
         return
-    final = train_sft(cfg, console=console)
+    try:
+        final = train_sft(cfg, console=console)
+    except RunStopped as stopped:  # SIGINT / SIGTERM: a whole step saved; exit 0
+        print_stopped(console, stopped, "sft", config, overrides or [])
+        return
     console.print(f"[green]done[/]: final model in {final}")

@@ -14,8 +14,11 @@ requests are in flight per worker; a further submit blocks until one completes.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import multiprocessing as mp
+import os
+import signal
 import threading
 import traceback
 from collections.abc import Callable, Hashable, Iterable
@@ -38,7 +41,17 @@ class PoolClosed(SpreadrlError):
 
 
 def _worker_main(env_factory: Callable[[], Any], conn: Connection) -> None:
-    """Worker loop: one request at a time, envs keyed by episode id."""
+    """Worker loop: one request at a time, envs keyed by episode id.
+
+    The worker leaves the trainer's process group and ignores SIGINT: Ctrl-C in
+    a terminal (sent to the foreground group) and the SIGINT / SIGTERM torchrun
+    forwards to a worker's group are the trainer's to handle. It finishes the
+    step under way, which needs these workers, then closes the pool. A worker
+    whose trainer died exits when the pipe closes (``EOFError`` below).
+    """
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    with contextlib.suppress(OSError):
+        os.setpgid(0, 0)
     envs: dict[Hashable, Any] = {}
     while True:
         try:

@@ -8,6 +8,13 @@ states, and ``trainer_state.pt`` with the step, scheduler and data position.
 ``DIR/latest`` names the newest complete checkpoint; it is written last, so a
 crash mid-save never points at a half-written folder. Under torchrun all
 ranks must see the same filesystem.
+
+A save is atomic against being killed at any point (a second Ctrl-C is
+ignored while stopping, but SIGKILL is not): everything goes to
+``DIR/.tmp-step-NNNNNN`` first, which is renamed to ``step-NNNNNN`` only when
+every rank has written its part, then ``latest`` is replaced (write + rename).
+A kill before the rename leaves the previous checkpoint as ``latest`` and a
+stale temporary folder, removed by the next save.
 """
 
 from __future__ import annotations
@@ -92,11 +99,11 @@ def save_checkpoint(
 
     main = info is None or info.is_main
     rank = info.rank if info is not None else 0
-    folder = root / f"step-{step:06d}"
-    tmp = root / f".tmp-step-{step:06d}"
+    folder = checkpoint_folder(root, step)
+    tmp = root / f".tmp-{folder.name}"
     if main:
-        if tmp.exists():
-            shutil.rmtree(tmp)
+        for stale in root.glob(".tmp-step-*"):  # left by a save that was killed
+            shutil.rmtree(stale, ignore_errors=True)
         tmp.mkdir(parents=True)
     _barrier(info)
     save_model(model, tokenizer, tmp, info)
@@ -117,27 +124,45 @@ def save_checkpoint(
         )
     _barrier(info)
     if main:
-        if folder.exists():
-            shutil.rmtree(folder)
-        tmp.rename(folder)
+        if folder.exists():  # the same step saved again (a kill between the renames:
+            old = root / f".old-{folder.name}"  # see latest_checkpoint)
+            shutil.rmtree(old, ignore_errors=True)
+            folder.rename(old)
+            tmp.rename(folder)
+            shutil.rmtree(old, ignore_errors=True)
+        else:
+            tmp.rename(folder)
         latest_tmp = root / "latest.tmp"
         latest_tmp.write_text(folder.name)
         latest_tmp.replace(root / "latest")
         if keep > 0:
             steps = sorted(p for p in root.glob("step-*") if p.is_dir())
-            for old in steps[:-keep]:
-                shutil.rmtree(old, ignore_errors=True)
+            for gone in steps[:-keep]:
+                shutil.rmtree(gone, ignore_errors=True)
     _barrier(info)
     return folder
 
 
+def checkpoint_folder(root: Path, step: int) -> Path:
+    """Where ``save_checkpoint`` puts ``step``."""
+    return root / f"step-{step:06d}"
+
+
 def latest_checkpoint(root: Path) -> Path | None:
-    """The newest complete checkpoint under ``root``, or None."""
+    """The newest complete checkpoint under ``root``, or None.
+
+    ``latest`` names it; should that folder be gone (a kill between the two
+    renames of a re-saved step), the newest ``step-*`` folder is complete by
+    construction (only a finished temporary folder is renamed to that name).
+    """
     pointer = root / "latest"
     if not pointer.exists():
         return None
     folder = root / pointer.read_text().strip()
-    return folder if (folder / STATE_FILE).exists() else None
+    if (folder / STATE_FILE).exists():
+        return folder
+    complete = sorted(p for p in root.glob("step-*") if (p / STATE_FILE).exists())
+    return complete[-1] if complete else None
 
 
 def load_trainer_state(

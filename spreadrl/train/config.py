@@ -164,7 +164,9 @@ class DynamicSamplingConfig(Section):
 @dataclass(frozen=True)
 class CheckpointConfig(Section):
     dir: str = option("", "Checkpoint folder (empty = OUTPUT_DIR/checkpoints).")
-    every_steps: int = option(0, "Save every N steps (0 = only on Ctrl-C and at the end).")
+    every_steps: int = option(
+        0, "Save every N steps (0 = only on Ctrl-C / SIGTERM and at the end)."
+    )
     keep: int = option(2, "Checkpoints kept.")
 
 

@@ -9,7 +9,6 @@ whole loop; everything it calls is a small function of its own.
 
 from __future__ import annotations
 
-import copy
 import logging
 import random
 import time
@@ -316,13 +315,18 @@ def train_grpo(
     ``pool`` and ``tasks`` default to what the config names; pass them to reuse
     an environment pool or to train on tasks built in code; ``eval_tasks`` the
     held-out set of ``eval.every_steps`` (default: ``eval.tasks``).
+
+    Raises:
+        RunStopped: SIGINT or SIGTERM (on any rank) stopped the run after a whole
+            step, saved as a checkpoint that the same command resumes from
+            (see :class:`spreadrl.train.setup.StopSignals`).
     """
     from rich.console import Console
 
     from spreadrl.data.sources import resolve_tasks
     from spreadrl.env.factory import make_env_pool
     from spreadrl.train.distributed import shard_model
-    from spreadrl.train.setup import DeferredInterrupt, Run, build_optimizer, build_scheduler
+    from spreadrl.train.setup import Run, StopSignals, build_optimizer, build_scheduler
 
     console = console or Console()
     run = Run(cfg, console, seed_per_rank=True)
@@ -330,7 +334,7 @@ def train_grpo(
     check_rollout_backend(cfg, info)
     model, tokenizer = run.build_model()
     pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0
-    ref = build_reference(model, cfg)
+    ref = build_reference(run.reference_source(model), cfg)
     shard_model(model, info)
     if ref is not None and ref.separate:
         shard_model(ref.model, info)
@@ -351,9 +355,9 @@ def train_grpo(
     if cfg.eval.every_steps and eval_tasks is None:
         eval_tasks = resolve_tasks(cfg.eval.tasks)
     memory = PeakMemory(info.device)  # peak of the rollout, and of the log-prob passes + update
-    # what Ctrl-C saves: the last whole step and the prompt order as it stood after it
-    completed, sampler_after = start, copy.deepcopy(sampler.state())
-    interrupts = DeferredInterrupt()
+    # SIGINT / SIGTERM: every rank stops after the same step, then saves it
+    signals = StopSignals(info.rank if info.enabled else None)
+    signals.install()
     try:
         for step in range(start + 1, cfg.steps + 1):
             t_step = time.perf_counter()
@@ -389,7 +393,6 @@ def train_grpo(
                 ):
                     sample.ref_logprobs = lp
             timings["logprobs_s"] = time.perf_counter() - t0
-            interrupts.hold()  # the update, its metrics and checkpoint finish together
             t0 = time.perf_counter()
             update = policy_update(
                 model,
@@ -443,18 +446,16 @@ def train_grpo(
                         f"eval step {step:>4}: held-out pass@1 {100 * metrics['eval/pass@1']:.1f}% "
                         f"over {int(metrics['eval/episodes'])} episodes ({metrics['eval_s']:.1f} s)"
                     )
-            run.maybe_save(step, *ckpt_args, {"sampler": sampler.state()})
-            completed, sampler_after = step, copy.deepcopy(sampler.state())
-            interrupts.release()
-    except KeyboardInterrupt:
-        run.save_interrupted(completed, *ckpt_args, {"sampler": sampler_after})
-        run.metrics.close()
-        raise
+            saved = run.maybe_save(step, *ckpt_args, {"sampler": sampler.state()})
+            if step < cfg.steps and (signal_name := signals.requested(info)):
+                extra = {"sampler": sampler.state()}
+                raise run.stop(signal_name, step, cfg.steps, saved, *ckpt_args, extra)
+        final = run.finish(model, tokenizer)
     finally:
-        interrupts.release(raise_pending=False)
+        signals.restore()
         if own_pool:
             pool.__exit__(None, None, None)
-    return run.finish(model, tokenizer)
+    return final
 
 
 def check_rollout_backend(cfg: GRPOConfig, info: DistInfo) -> None:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import math
+import os
 import random
 import signal
 import threading
@@ -12,7 +13,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from spreadrl.errors import SpreadrlError
+from spreadrl.errors import RunStopped, SpreadrlError
 
 
 def set_seed(seed: int) -> None:
@@ -135,44 +136,90 @@ def build_scheduler(optimizer: Any, optim_cfg: Any, total_steps: int) -> Any:
     return torch.optim.lr_scheduler.LambdaLR(optimizer, factor)
 
 
-class DeferredInterrupt:
-    """Holds Ctrl-C (SIGINT) between ``hold()`` and ``release()``, then raises it.
+class StopSignals:
+    """SIGINT (Ctrl-C) and SIGTERM (a scheduler's preemption) stop a run after a whole step.
 
-    The recipes hold it over each step's weight update, metrics line and
-    checkpoint: an interrupt that lands there lets the step finish, so the
-    checkpoint written on Ctrl-C is always a whole step (weights, optimizer and
-    data position agreeing), never weights halfway through a step's mini-batches
-    labelled as the step before. Outside the main thread (where Python cannot
-    handle signals) it does nothing.
+    A signal only sets a flag. At each step boundary every rank calls
+    :meth:`requested`, which under torchrun is one ``all_reduce`` (max) of the
+    signal number, so all ranks learn together that some rank was signalled and
+    stop after the same step; they then save the same checkpoint together
+    (:func:`spreadrl.train.checkpoint.save_checkpoint` is collective under FSDP2:
+    the full model state dict is gathered to rank 0, the optimizer state is
+    saved sharded by every rank with ``torch.distributed.checkpoint``, and each
+    rank writes its RNG state). Ranks that reacted on their own, at different
+    points, would deadlock in a collective or write a torn checkpoint. A signal
+    never interrupts a step: rollouts, update, metrics and checkpoint of the
+    step under way finish, so the checkpoint is always a whole step.
+
+    What torchrun does (read in torch 2.13's ``torch.distributed.elastic`` and
+    ``torch.distributed.run``): the launcher handles SIGTERM, SIGINT, SIGHUP and
+    SIGQUIT (``--signals-to-handle``). On one it sends that same signal to each
+    local worker's process group (``os.killpg``; workers start in a session of
+    their own, so a terminal's Ctrl-C reaches only torchrun, which forwards it as
+    SIGINT), waits ``--shutdown-timeout`` seconds (default 30, or
+    ``TORCH_ELASTIC_SHUTDOWN_TIMEOUT``), SIGKILLs the workers still alive, and
+    then exits non-zero itself (it re-raises the signal as ``SignalException``).
+    The step under way and the save must fit in that grace period. If the
+    SIGKILL comes first, nothing is torn: a checkpoint is written to a
+    temporary folder, renamed when complete, and ``latest`` is switched last, so
+    the previous checkpoint stays the one a rerun resumes from.
+
+    Further signals while stopping (Slurm signals every process of the job and
+    torchrun forwards its own copy, so a rank often gets two) are reported and
+    ignored: they never cut the save short. Only SIGKILL stops at once. Outside
+    the main thread, where Python cannot handle signals, this does nothing.
     """
 
-    def __init__(self) -> None:
-        self.caught = False
-        self.held = False
-        self.previous: Any = None
+    SIGNALS = (signal.SIGINT, signal.SIGTERM)
 
-    def hold(self) -> None:
-        if self.held or threading.current_thread() is not threading.main_thread():
+    def __init__(self, rank: int | None = None) -> None:
+        self.label = f"[rank {rank}] " if rank is not None else ""  # under torchrun
+        self.received = 0  # the first signal's number; 0 for none
+        self._previous: dict[int, Any] = {}
+
+    def install(self) -> None:
+        if self._previous or threading.current_thread() is not threading.main_thread():
             return
-        self.previous = signal.signal(signal.SIGINT, self._catch)
-        self.held = True
+        for sig in self.SIGNALS:
+            self._previous[sig] = signal.signal(sig, self._catch)
+
+    def restore(self) -> None:
+        """Give the signals back to the handlers they had before :meth:`install`."""
+        for sig, previous in self._previous.items():
+            signal.signal(sig, previous if previous is not None else signal.SIG_DFL)
+        self._previous.clear()
 
     def _catch(self, signum: int, frame: Any) -> None:
-        self.caught = True
+        name = signal.Signals(signum).name
+        if not self.received:
+            self.received = signum
+            text = f"{name}: stopping after the step under way, then saving a checkpoint"
+        else:
+            text = (
+                f"{name} again: already stopping; a checkpoint is renamed into place only "
+                "once complete, so kill -9 now keeps the previous one"
+            )
+        # os.write, not print or logging: a handler may run in the middle of a write to
+        # the same stream, where a buffered writer raises "reentrant call"
+        os.write(2, f"{self.label}{text}\n".encode())
 
-    def release(self, *, raise_pending: bool = True) -> None:
-        """Give Ctrl-C back; raise KeyboardInterrupt now if one came while held."""
-        if self.held:
-            signal.signal(signal.SIGINT, self.previous or signal.default_int_handler)
-            self.held = False
-        if self.caught and raise_pending:
-            self.caught = False
-            raise KeyboardInterrupt
+    def requested(self, info: Any) -> str | None:
+        """At a step boundary, on every rank alike: the signal's name if any rank got one.
+
+        Under torchrun this is a collective (one ``all_reduce``), so every rank
+        must call it at the same point of every step.
+        """
+        received = self.received
+        if info.enabled:
+            from spreadrl.train.distributed import all_reduce
+
+            received = int(all_reduce(float(received), op="max"))
+        return signal.Signals(received).name if received else None
 
 
 class Run:
     """What the SFT and GRPO recipes set up alike: the run folder, the process group,
-    the resume point, and checkpoints (every N steps, and on Ctrl-C)."""
+    the resume point, and checkpoints (every N steps, and on SIGINT / SIGTERM)."""
 
     def __init__(self, cfg: Any, console: Any, *, seed_per_rank: bool = False) -> None:
         from spreadrl.config import config_to_dict, dump_config
@@ -200,6 +247,20 @@ class Run:
         """The policy, from the newest checkpoint when resuming."""
         path = str(self.resume_from) if self.resume_from else None
         return build_model(self.cfg.model, self.info.device, path=path)
+
+    def reference_source(self, model: Any) -> Any:
+        """The model a KL reference is made from: the starting weights, also on resume.
+
+        A checkpoint holds the policy as trained, so when resuming a full
+        fine-tune the starting model (``model.name_or_path``) is loaded again; a
+        resumed run would otherwise measure KL against its own last weights. A
+        LoRA policy is its own source: its base, adapters disabled, never trains.
+        """
+        kl_coef = getattr(getattr(self.cfg, "loss", None), "kl_coef", 0.0)
+        if kl_coef <= 0 or self.resume_from is None or hasattr(model, "disable_adapter"):
+            return model
+        start, _ = build_model(self.cfg.model, self.info.device)
+        return start
 
     def resume(self, model: Any, optimizer: Any, scheduler: Any) -> dict[str, Any] | None:
         """Restore optimizer, scheduler and RNG; return the saved extra state, or None."""
@@ -234,14 +295,28 @@ class Run:
             info=self.info,
         )
 
-    def maybe_save(self, step: int, *args: Any) -> None:
+    def maybe_save(self, step: int, *args: Any) -> bool:
+        """Save every ``checkpoint.every_steps`` steps; return whether this step was saved."""
         every = self.cfg.checkpoint.every_steps
         if every and step % every == 0:
             self.save(step, *args)
+            return True
+        return False
 
-    def save_interrupted(self, step: int, *args: Any) -> None:
-        self.console.print("[yellow]interrupted: saving a checkpoint[/]")
-        self.save(step, *args)
+    def stop(self, signal_name: str, step: int, total: int, saved: bool, *args: Any) -> RunStopped:
+        """Save ``step`` (unless ``saved`` already) on every rank; the exception to raise.
+
+        Called on every rank after the same step (see :class:`StopSignals`).
+        """
+        from spreadrl.train.checkpoint import checkpoint_folder
+
+        if not saved:
+            self.save(step, *args)
+        self.metrics.close()
+        folder = checkpoint_folder(self.ckpt_root, step)
+        ranks = f" on all {self.info.world_size} ranks" if self.info.enabled else ""
+        message = f"stopped by {signal_name} after step {step}/{total}{ranks}; checkpoint: {folder}"
+        return RunStopped(message, str(folder), step, announce=self.info.is_main)
 
     def finish(self, model: Any, tokenizer: Any) -> Path:
         """Write the final model (full weights, gathered from FSDP shards) to OUTPUT_DIR/final."""

@@ -119,12 +119,17 @@ def train_sft(
     check. It must answer alike on every rank. ``shared_prefix``: run the prefix a
     micro-batch's conversations share (the system prompt) once per micro-batch, see
     :func:`sft_loss_step`; None = ``cfg.optim.shared_prefix``.
+
+    Raises:
+        RunStopped: SIGINT or SIGTERM (on any rank) stopped the run after a whole
+            step, saved as a checkpoint that the same command resumes from
+            (see :class:`spreadrl.train.setup.StopSignals`).
     """
     import torch
     from rich.console import Console
 
     from spreadrl.train.distributed import rank_slice, shard_model
-    from spreadrl.train.setup import DeferredInterrupt, Run, build_optimizer, build_scheduler
+    from spreadrl.train.setup import Run, StopSignals, build_optimizer, build_scheduler
     from spreadrl.train.sft_data import load_sft_dataset
 
     console = console or Console()
@@ -152,9 +157,9 @@ def train_sft(
     ckpt_args = (model, tokenizer, optimizer, scheduler)
     params = [p for p in model.parameters() if p.requires_grad]
     model.train()
-    # what Ctrl-C saves: the last whole step and the data position right after it
-    completed, order_after = start, order.state()
-    interrupts = DeferredInterrupt()
+    # SIGINT / SIGTERM: every rank stops after the same step, then saves it
+    signals = StopSignals(info.rank if info.enabled else None)
+    signals.install()
     try:
         for step in range(start + 1, steps + 1):
             t0 = time.perf_counter()
@@ -170,7 +175,6 @@ def train_sft(
             )
             norm = torch.nn.utils.clip_grad_norm_(params, cfg.optim.grad_clip)
             grad_norm = float(norm.full_tensor() if hasattr(norm, "full_tensor") else norm)
-            interrupts.hold()  # the weight update, its metrics and checkpoint finish together
             optimizer.step()
             scheduler.step()
             elapsed = time.perf_counter() - t0
@@ -192,18 +196,17 @@ def train_sft(
                     f"gnorm {grad_norm:.3f}  lr {metrics['lr']:.2e}  "
                     f"{metrics['tokens_per_s']:.0f} tok/s"
                 )
-            run.maybe_save(step, *ckpt_args, {"order": order.state()})
-            completed, order_after = step, order.state()
-            interrupts.release()
+            saved = run.maybe_save(step, *ckpt_args, {"order": order.state()})
+            if step < steps and (signal_name := signals.requested(info)):
+                raise run.stop(
+                    signal_name, step, steps, saved, *ckpt_args, {"order": order.state()}
+                )
             if on_step is not None:
                 stop = on_step(step, model, tokenizer)
                 model.train()  # the hook may have switched to eval mode to sample
                 if stop:
                     break
-    except KeyboardInterrupt:
-        run.save_interrupted(completed, *ckpt_args, {"order": order_after})
-        run.metrics.close()
-        raise
+        final = run.finish(model, tokenizer)
     finally:
-        interrupts.release(raise_pending=False)
-    return run.finish(model, tokenizer)
+        signals.restore()
+    return final

@@ -1,0 +1,142 @@
+"""`torchrun --nproc-per-node 2` (gloo, CPU) of `spreadrl grpo` stopped by a signal: both
+ranks stop after the same step, save it together, exit cleanly, and the same command
+resumes to what an uninterrupted run of the same length gives.
+
+Two cases: SIGTERM to one rank only (the other rank learns of it through the
+step-boundary all_reduce), and SIGINT to the torchrun launcher (which forwards it to
+every worker's process group, as a terminal's Ctrl-C does). The uninterrupted run is
+one process: test_grpo_options_torchrun.py shows two ranks give what one process gives
+(the same metrics defined over the whole step, and the same weights).
+The signal is sent once rank 0 has logged step 1 (a file, not a sleep); the stop then
+comes after whichever step was under way, and the test reads which from the run.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import torch
+from rich.console import Console
+
+from spreadrl.config import load_config
+from spreadrl.train.config import GRPOConfig
+from spreadrl.train.grpo import train_grpo
+from tests.train.test_grpo_options_cli import REPO, _env, _metrics, _overrides
+from tests.train.test_grpo_options_torchrun import GLOBAL
+
+STEPS = 4
+SEED = ["seed=2"]  # as in test_grpo_options_torchrun.py: step 1 moves the weights
+
+
+@pytest.fixture(scope="module")
+def straight(tiny_model_dir, tmp_path_factory):
+    out = tmp_path_factory.mktemp("straight")
+    cfg = load_config(GRPOConfig, None, [*_overrides(tiny_model_dir, out, STEPS), *SEED])
+    train_grpo(cfg, console=Console(quiet=True))
+    return out
+
+
+def _torchrun(model_dir, out):
+    return [
+        sys.executable,
+        "-m",
+        "torch.distributed.run",
+        "--standalone",
+        "--nproc-per-node",
+        "2",
+        "-m",
+        "spreadrl",
+        "grpo",
+        *_overrides(model_dir, out, STEPS),
+        *SEED,
+    ]
+
+
+def _rank_pid(launcher: int, rank: int) -> int:
+    """The pid of the worker torchrun started for ``rank`` (read from /proc)."""
+    for proc in Path("/proc").iterdir():
+        if not proc.name.isdigit():
+            continue
+        try:
+            ppid = int((proc / "stat").read_text().rsplit(")", 1)[1].split()[1])
+            environ = (proc / "environ").read_bytes().split(b"\0")
+        except (OSError, IndexError, ValueError):
+            continue
+        if ppid == launcher and f"RANK={rank}".encode() in environ:
+            return int(proc.name)
+    raise AssertionError(f"no rank {rank} worker under torchrun pid {launcher}")
+
+
+def _run_and_signal(cmd, out, send):
+    proc = subprocess.Popen(
+        cmd, cwd=REPO, env=_env(), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
+    )
+    deadline = time.monotonic() + 300
+    while not _metrics(out) and proc.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert proc.poll() is None, proc.communicate()[0][-3000:]  # still running
+    send(proc)
+    return proc, proc.communicate(timeout=300)[0]
+
+
+def _check_stopped_then_resume(model_dir, out, output, signal_name, straight):
+    done = len(_metrics(out))
+    assert 1 <= done < STEPS, output[-3000:]
+    assert f"stopped by {signal_name} after step {done}/{STEPS} on all 2 ranks" in output, output
+    assert "resume: torchrun --nproc-per-node 2 -m spreadrl grpo" in output, output
+    ckpt = out / "checkpoints" / f"step-{done:06d}"
+    assert (out / "checkpoints" / "latest").read_text().strip() == ckpt.name
+    # every rank took part in saving that same step: its RNG and its optimizer shard
+    assert (ckpt / "rng-0.pt").exists() and (ckpt / "rng-1.pt").exists()
+    assert len(list((ckpt / "optim").glob("*.distcp"))) == 2
+    assert not (out / "final").exists()
+
+    resumed = subprocess.run(
+        _torchrun(model_dir, out), cwd=REPO, env=_env(), capture_output=True, text=True
+    )
+    assert resumed.returncode == 0, resumed.stdout[-3000:] + resumed.stderr[-3000:]
+    assert f"at step {done}" in resumed.stdout
+    got, want = _metrics(out), _metrics(straight)
+    assert [m["step"] for m in got] == list(range(1, STEPS + 1))
+    for a, b in zip(got, want, strict=True):  # the step metrics defined over all ranks
+        for key in GLOBAL:
+            assert a[key] == pytest.approx(b[key], rel=1e-4, abs=1e-6), (a["step"], key)
+
+    from transformers import AutoModelForCausalLM
+
+    want = AutoModelForCausalLM.from_pretrained(straight / "final", dtype=torch.float32)
+    got = dict(
+        AutoModelForCausalLM.from_pretrained(out / "final", dtype=torch.float32).named_parameters()
+    )
+    for name, value in want.named_parameters():
+        assert torch.allclose(got[name], value, atol=1e-5, rtol=1e-4), name
+
+
+@pytest.mark.slow
+def test_sigterm_to_one_rank_stops_both_after_the_same_step(tiny_model_dir, tmp_path, straight):
+    out = tmp_path / "run"
+    proc, output = _run_and_signal(
+        _torchrun(tiny_model_dir, out),
+        out,
+        lambda proc: os.kill(_rank_pid(proc.pid, 1), signal.SIGTERM),
+    )
+    assert "[rank 1] SIGTERM: stopping after the step under way" in output, output
+    assert "[rank 0] SIGTERM" not in output  # rank 0 learnt of it at the step boundary
+    assert proc.returncode == 0, output[-3000:]  # both workers exited 0, so torchrun did
+    _check_stopped_then_resume(tiny_model_dir, out, output, "SIGTERM", straight)
+
+
+@pytest.mark.slow
+def test_sigint_to_torchrun_stops_both_after_the_same_step(tiny_model_dir, tmp_path, straight):
+    out = tmp_path / "run"
+    proc, output = _run_and_signal(
+        _torchrun(tiny_model_dir, out), out, lambda proc: proc.send_signal(signal.SIGINT)
+    )
+    assert "[rank 0] SIGINT: stopping" in output and "[rank 1] SIGINT: stopping" in output
+    _check_stopped_then_resume(tiny_model_dir, out, output, "SIGINT", straight)
