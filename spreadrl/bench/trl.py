@@ -27,7 +27,7 @@ import sys
 import tempfile
 import time
 from collections.abc import Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -60,6 +60,9 @@ class Shape:
     steps: int = 4
     seed: int = 0
     lr: float = 1e-5
+    # spreadrl's update budget: 65536 puts the whole step in one micro-batch, as TRL runs
+    # its 32 sequences in one forward; smaller budgets trade nothing but peak memory
+    micro_batch_tokens: int = 65536
 
 
 SMOKE = Shape(prompts=2, group=2, new_tokens=8, steps=2)
@@ -114,7 +117,7 @@ def spreadrl_steps(model_dir: Path, shape: Shape, out: Path) -> list[dict[str, f
             "sampling.mode=keep",
             "loss.kl_coef=0.0",
             f"optim.lr={shape.lr}",
-            "optim.micro_batch_tokens=65536",
+            f"optim.micro_batch_tokens={shape.micro_batch_tokens}",
             "optim.mini_batch_size=0",
             "optim.ppo_epochs=1",
             f"steps={shape.steps}",
@@ -362,6 +365,9 @@ def bench_trl(
     new_tokens: int = typer.Option(128, help="New tokens per rollout (one turn)."),
     systems: str = typer.Option("trl,spreadrl", help="Which systems to run, comma-separated."),
     threads: int = typer.Option(0, help="torch threads per run (0 = torch's default)."),
+    micro_batch_tokens: int = typer.Option(
+        65536, help="spreadrl's update micro-batch token budget (65536: one micro-batch)."
+    ),
     smoke: bool = typer.Option(False, help="A tiny shape and 2 steps: checks that both run."),
     out: Path = typer.Option(None, help="Keep the runs here (default: a temporary folder)."),
 ) -> None:
@@ -379,6 +385,7 @@ def bench_trl(
     if not console.is_terminal:  # piped into a file or docs: room for every column
         console = Console(width=160)
     shape = SMOKE if smoke else Shape(prompts, group, new_tokens, steps)
+    shape = replace(shape, micro_batch_tokens=micro_batch_tokens)
     chosen = [s.strip() for s in systems.split(",") if s.strip()]
     bad = sorted(set(chosen) - set(SYSTEMS))
     if bad or not chosen:
@@ -400,7 +407,8 @@ def bench_trl(
     console.print(table)
     console.print(
         f"shape: {shape.prompts} prompts x {shape.group} rollouts, {shape.new_tokens} new tokens, "
-        f"fp32, 1 epoch, 1 mini-batch, no KL; medians over steps 2..{shape.steps} of each run; "
+        f"fp32, 1 epoch, 1 mini-batch, no KL, spreadrl micro_batch_tokens "
+        f"{shape.micro_batch_tokens}; medians over steps 2..{shape.steps} of each run; "
         + ", ".join(f"{k} {v}" for k, v in versions.items())
     )
 

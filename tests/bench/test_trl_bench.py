@@ -38,8 +38,10 @@ def test_bench_model_has_the_issue_shape(bench_model):
 
 @pytest.mark.slow
 def test_spreadrl_child_runs_the_shape(bench_model, tmp_path):
-    shape = replace(SMOKE, steps=1)
+    shape = replace(SMOKE, steps=1, micro_batch_tokens=2048)
     result = run_child("spreadrl", bench_model, shape, tmp_path / "run")
+    resolved = (tmp_path / "run" / "run" / "config.yaml").read_text()
+    assert "micro_batch_tokens: 2048" in resolved  # --micro-batch-tokens reaches the recipe
     assert result["system"] == "spreadrl" and result["peak_rss_mb"] > 50
     (rec,) = result["records"]
     episodes = shape.prompts * shape.group
