@@ -1,13 +1,13 @@
-"""`torchrun --nproc-per-node 2` (gloo, CPU) of `spreadrl grpo` stopped by a signal: both
-ranks stop after the same step, save it together, exit cleanly, and the same command
-resumes to what an uninterrupted run of the same length gives.
+"""`torchrun --nproc-per-node 2` (gloo, CPU) of `spreadrl grpo` and `spreadrl sft` stopped
+by a signal: both ranks stop after the same step, save it together, exit cleanly, and
+the same command resumes to what an uninterrupted run of the same length gives.
 
-Two cases: SIGTERM to one rank only (the other rank learns of it through the
+GRPO, two cases: SIGTERM to one rank only (the other rank learns of it through the
 step-boundary all_reduce), and SIGINT to the torchrun launcher (which forwards it to
-every worker's process group, as a terminal's Ctrl-C does). The uninterrupted run is
-the same torchrun command left alone.
-The signal is sent once rank 0 has logged step 1 (a file, not a sleep); the stop then
-comes after whichever step was under way, and the test reads which from the run.
+every worker's process group, as a terminal's Ctrl-C does); SFT: SIGTERM to one rank.
+The uninterrupted run is the same torchrun command left alone. The signal is sent
+once rank 0 has logged step 1 (a file, not a sleep); the stop then comes after
+whichever step was under way, and the test reads which from the run.
 """
 
 from __future__ import annotations
@@ -112,11 +112,15 @@ def _check_stopped_then_resume(model_dir, out, output, signal_name, straight):
         for key in {*COMPARED, *GLOBAL}:
             assert a[key] == pytest.approx(b[key], rel=1e-4, abs=1e-6), (a["step"], key)
 
+    _same_weights(out / "final", straight / "final")
+
+
+def _same_weights(got_dir, want_dir):
     from transformers import AutoModelForCausalLM
 
-    want = AutoModelForCausalLM.from_pretrained(straight / "final", dtype=torch.float32)
+    want = AutoModelForCausalLM.from_pretrained(want_dir, dtype=torch.float32)
     got = dict(
-        AutoModelForCausalLM.from_pretrained(out / "final", dtype=torch.float32).named_parameters()
+        AutoModelForCausalLM.from_pretrained(got_dir, dtype=torch.float32).named_parameters()
     )
     for name, value in want.named_parameters():
         assert torch.allclose(got[name], value, atol=1e-5, rtol=1e-4), name
@@ -144,3 +148,73 @@ def test_sigint_to_torchrun_stops_both_after_the_same_step(tiny_model_dir, tmp_p
     )
     assert "[rank 0] SIGINT: stopping" in output and "[rank 1] SIGINT: stopping" in output
     _check_stopped_then_resume(tiny_model_dir, out, output, "SIGINT", straight)
+
+
+SFT_STEPS = 40  # steps of a few ms: room for the signal to land before the end
+
+
+def _sft_torchrun(model_dir, data, out):
+    return [
+        sys.executable,
+        "-m",
+        "torch.distributed.run",
+        "--standalone",
+        "--nproc-per-node",
+        "2",
+        "-m",
+        "spreadrl",
+        "sft",
+        f"model.name_or_path={model_dir}",
+        f"data.path={data}",
+        f"output_dir={out}",
+        f"steps={SFT_STEPS}",
+        "batch_size=4",
+        "optim.lr=3e-3",
+        "optim.weight_decay=0.0",
+        "device=cpu",
+    ]
+
+
+def _sft(model_dir, data, out):
+    return subprocess.run(
+        _sft_torchrun(model_dir, data, out),
+        cwd=REPO,
+        env=_env(),
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+
+
+@pytest.mark.slow
+def test_sft_sigterm_to_one_rank_stops_both_and_resumes_exactly(tiny_model_dir, tmp_path):
+    from tests.train.test_sft_e2e import _rows, _write
+
+    data = _write(tmp_path / "sft.jsonl", _rows(8))
+    straight = tmp_path / "straight"
+    plain = _sft(tiny_model_dir, data, straight)
+    assert plain.returncode == 0, plain.stdout[-3000:] + plain.stderr[-3000:]
+
+    out = tmp_path / "run"
+    proc, output = _run_and_signal(
+        _sft_torchrun(tiny_model_dir, data, out),
+        out,
+        lambda proc: os.kill(_rank_pid(proc.pid, 1), signal.SIGTERM),
+    )
+    assert proc.returncode == 0, output[-3000:]
+    done = len(_metrics(out))
+    assert 1 <= done < SFT_STEPS, output[-3000:]
+    assert f"stopped by SIGTERM after step {done}/{SFT_STEPS} on all 2 ranks" in output, output
+    assert "resume: torchrun --nproc-per-node 2 -m spreadrl sft" in output, output
+    ckpt = out / "checkpoints" / f"step-{done:06d}"
+    assert (ckpt / "rng-0.pt").exists() and (ckpt / "rng-1.pt").exists()
+
+    resumed = _sft(tiny_model_dir, data, out)
+    assert resumed.returncode == 0, resumed.stdout[-3000:] + resumed.stderr[-3000:]
+    assert f"at step {done}" in resumed.stdout
+    got, want = _metrics(out), _metrics(straight)
+    assert [m["step"] for m in got] == list(range(1, SFT_STEPS + 1))
+    for a, b in zip(got, want, strict=True):
+        for key in ("loss", "grad_norm", "lr"):
+            assert a[key] == pytest.approx(b[key], rel=1e-4, abs=1e-6), (a["step"], key)
+    _same_weights(out / "final", straight / "final")
