@@ -200,8 +200,10 @@ class StopSignals:
                 "once complete, so kill -9 now keeps the previous one"
             )
         # os.write, not print or logging: a handler may run in the middle of a write to
-        # the same stream, where a buffered writer raises "reentrant call"
-        os.write(2, f"{self.label}{text}\n".encode())
+        # the same stream, where a buffered writer raises "reentrant call"; and a closed
+        # stderr must not turn the notice into an exception raised inside the step
+        with contextlib.suppress(OSError):
+            os.write(2, f"{self.label}{text}\n".encode())
 
     def requested(self, info: Any) -> str | None:
         """At a step boundary, on every rank alike: the signal's name if any rank got one.

@@ -117,3 +117,37 @@ def test_tool_workers_leave_the_trainers_process_group_and_ignore_ctrl_c():
         os.kill(pid, signal.SIGINT)  # pending before the next request reaches the worker
         assert pool.step("e", "still here").result(timeout=60) == "still here"
         pool.finish("e").result(timeout=60)
+
+
+def test_the_resume_command_is_the_same_command_under_the_same_launcher(monkeypatch):
+    from pathlib import Path
+
+    from spreadrl.cli.resume import resume_command
+
+    for key in ("TORCHELASTIC_RUN_ID", "WORLD_SIZE", "LOCAL_WORLD_SIZE"):
+        monkeypatch.delenv(key, raising=False)
+    overrides = ["steps=60", "output_dir=runs/my run"]
+    assert resume_command("grpo", Path("c.yaml"), overrides) == (
+        "spreadrl grpo --config c.yaml steps=60 'output_dir=runs/my run'"
+    )
+    monkeypatch.setenv("TORCHELASTIC_RUN_ID", "x")
+    monkeypatch.setenv("WORLD_SIZE", "4")
+    monkeypatch.setenv("LOCAL_WORLD_SIZE", "4")
+    assert resume_command("sft", None, ["steps=5"]) == (
+        "torchrun --nproc-per-node 4 -m spreadrl sft steps=5"
+    )
+    monkeypatch.setenv("WORLD_SIZE", "8")  # two nodes: their launch flags are the user's
+    assert resume_command("sft", None, []).startswith("torchrun <the same launch flags> -m")
+
+
+def test_the_cli_exits_0_with_the_message_when_a_run_stopped(monkeypatch, capsys):
+    import spreadrl.cli.main as cli
+
+    def stopped_run() -> None:
+        raise RunStopped("stopped by SIGTERM after step 3/9", "ckpt", 3, announce=True)
+
+    monkeypatch.setattr(cli, "app", stopped_run)  # e.g. `spreadrl demo` stopped in its SFT
+    with pytest.raises(SystemExit) as exited:
+        cli.main()
+    assert exited.value.code == 0
+    assert "stopped by SIGTERM after step 3/9" in capsys.readouterr().err
