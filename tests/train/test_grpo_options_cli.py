@@ -73,21 +73,31 @@ def _same_metrics(got, want):
 @pytest.mark.slow
 def test_ctrl_c_saves_a_checkpoint_and_the_run_resumes_exactly(tiny_model_dir, tmp_path):
     # seed 2: step 1 moves the weights, so a resume that got the KL reference or the
-    # optimizer state wrong shows in the next step's metrics
+    # optimizer state wrong shows in the next step's metrics. One tool worker process, so
+    # the Ctrl-C path runs with a pool (that the worker itself outlives a Ctrl-C is
+    # checked in test_stop_signals.py: here a worker lost between episodes would be
+    # restarted unnoticed)
+    extra = ["seed=2", "rollout.concurrency=1"]
     straight = tmp_path / "straight"
-    cfg = load_config(GRPOConfig, None, [*_overrides(tiny_model_dir, straight, 3), "seed=2"])
+    cfg = load_config(GRPOConfig, None, [*_overrides(tiny_model_dir, straight, 3), *extra])
     train_grpo(cfg, console=Console(quiet=True))
 
     out = tmp_path / "interrupted"
-    cmd = [sys.executable, "-m", "spreadrl", "grpo", *_overrides(tiny_model_dir, out, 3), "seed=2"]
+    cmd = [sys.executable, "-m", "spreadrl", "grpo", *_overrides(tiny_model_dir, out, 3), *extra]
     proc = subprocess.Popen(
-        cmd, cwd=REPO, env=_env(), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
+        cmd,
+        cwd=REPO,
+        env=_env(),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        start_new_session=True,  # its own process group, as a shell gives a foreground job
     )
     deadline = time.monotonic() + 300
     while not _metrics(out) and proc.poll() is None and time.monotonic() < deadline:
         time.sleep(0.05)
     assert proc.poll() is None, proc.communicate()[0]  # still running, in step 2
-    proc.send_signal(signal.SIGINT)
+    os.killpg(proc.pid, signal.SIGINT)  # what a terminal's Ctrl-C does: the whole group
     output = proc.communicate(timeout=300)[0]
     assert proc.returncode == 0, output  # a stop that saved is not a failure
     done = len(_metrics(out))
