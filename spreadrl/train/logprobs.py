@@ -142,7 +142,15 @@ def _selective_head(head: Any, positions: Any, targets: Any, kwargs: dict[str, A
         def forward(self, hidden: Any) -> Any:  # [B, T, dim] -> [n] or [n, 2]
             selected = hidden[:, :-1][positions]  # [n, dim]
             logp, entropy = selective_logprobs(self.head, selected, targets, **kwargs)
-            return logp if entropy is None else torch.stack((logp, entropy), dim=-1)
+            out = logp if entropy is None else torch.stack((logp, entropy), dim=-1)
+            if selected.shape[0] == 0 and torch.is_grad_enabled():
+                # nothing trained (a rank's zero-weight filler micro-batch): an empty
+                # result would cut the graph and backward() would fail; under FSDP2 every
+                # unit must run its backward on every rank or the reduce-scatters hang.
+                # One position through the output layer, times 0, keeps every parameter
+                # (output layer included) in the graph with an exactly zero gradient.
+                out = out + self.head(hidden[:1, :1]).float().sum() * 0.0
+            return out
 
     return SelectiveHead()
 

@@ -50,11 +50,10 @@ def sft_loss_step(
     loss_sum = 0.0
     for j in range(n_micro):
         real = j < len(micro)
-        chunk = (
-            [samples[i] for i in micro[j]]
-            if real
-            else [samples[0] if samples else Sample([pad_id, pad_id], [0, 0])]
-        )
+        # a rank with fewer micro-batches runs a 2-token filler with nothing trained: its
+        # loss is a graph-connected zero (see logprobs._selective_head), so FSDP's backward
+        # collectives run on every rank and the filler adds nothing
+        chunk = [samples[i] for i in micro[j]] if real else [Sample([pad_id, pad_id], [0, 0])]
         batch = collate(chunk, pad_id, shared_prefix_min=prefix_min)
         logp, _ = sequence_logprobs(model, batch)
         mask = batch["loss_mask"].to(logp.device) * (1.0 if real else 0.0)

@@ -95,7 +95,11 @@ def policy_update(
     ranks) each rank passes its own samples; the loss is normalised by the
     global token (or sequence) count, so the step equals the single-process
     step on all samples, and every rank runs the same number of mini- and
-    micro-batches (padding with zero-weight ones).
+    micro-batches (padding with zero-weight ones). Ranks may hold unequal numbers
+    of samples (dynamic sampling drops groups per rank): with ``mini_batch_size``
+    0 every rank still takes one optimizer step per epoch; with a mini-batch size
+    each rank takes ``mini_batch_size // world_size`` of its own samples per
+    mini-batch, and a rank that runs out pads with filler mini-batches.
     """
     import torch
 
@@ -105,8 +109,10 @@ def policy_update(
     params = [p for p in model.parameters() if p.requires_grad]
     metrics: dict[str, list[float]] = {}
     generator = torch.Generator().manual_seed(seed)
-    global_count = int(all_reduce(len(samples)))
-    size = max(1, (settings.mini_batch_size or global_count) // world_size)
+    if settings.mini_batch_size:
+        size = max(1, settings.mini_batch_size // world_size)
+    else:  # one mini-batch: as large as the largest rank's share (ranks may hold unequal ones)
+        size = max(1, int(all_reduce(len(samples), op="max")))
     token_mean = settings.aggregation == "token-mean"
     filler = Sample(ids=[pad_id, pad_id], mask=[0, 0])
     model.train()
@@ -127,7 +133,9 @@ def policy_update(
             optimizer.zero_grad(set_to_none=True)
             for j in range(n_micro):
                 real = j < len(micro)
-                chunk = [mini[i] for i in micro[j]] if real else [mini[0] if mini else filler]
+                # a rank with fewer micro-batches runs the 2-token filler: a zero, graph-
+                # connected loss (see logprobs._selective_head), weighted 0 below
+                chunk = [mini[i] for i in micro[j]] if real else [filler]
                 batch = collate(chunk, pad_id, shared_prefix_min=prefix_min)
                 logp, entropy = sequence_logprobs(
                     model,
