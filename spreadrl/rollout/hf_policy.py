@@ -39,11 +39,13 @@ class HFPolicy:
         *,
         max_batch_size: int = 64,
         share_prefill: bool = True,
+        preallocate_cache: bool = True,
     ) -> None:
         self.model = model
         self.tokenizer = tokenizer
         self.max_batch_size = max_batch_size
         self.share_prefill = share_prefill
+        self.preallocate_cache = preallocate_cache
         self.stop_ids = stop_token_ids(tokenizer)
         self.pad_id = (
             tokenizer.pad_token_id if tokenizer.pad_token_id is not None else self.stop_ids[0]
@@ -117,7 +119,10 @@ class HFPolicy:
         self.model.eval()
         input_ids, attention = input_ids.to(self.device), attention.to(self.device)
         with torch.no_grad():
-            cache = self._shared_prefill(contexts, input_ids, attention)
+            capacity = width + params.max_new_tokens
+            cache = self._shared_prefill(contexts, input_ids, attention, capacity)
+            if cache is None and self.preallocate_cache:
+                cache = self._new_cache(capacity)
             if cache is not None:
                 kwargs["past_key_values"] = cache
             out = self.model.generate(input_ids=input_ids, attention_mask=attention, **kwargs)
@@ -142,8 +147,27 @@ class HFPolicy:
             )
         return turns
 
+    def _new_cache(self, capacity: int) -> Any:
+        """An empty KV cache for ``generate``: preallocated to ``capacity`` positions per layer
+        when ``preallocate_cache`` is on and every layer is a plain full-attention layer,
+        else None (``generate`` then makes its own growing cache)."""
+        from transformers import DynamicCache
+        from transformers.cache_utils import DynamicLayer
+
+        if not self.preallocate_cache:
+            return None
+        cache = DynamicCache(config=self.model.config)
+        if not cache.layers or any(type(layer) is not DynamicLayer for layer in cache.layers):
+            return None  # sliding-window, linear-attention or unknown layers: transformers' own
+        cache.layers = [PreallocatedLayer(capacity) for _ in cache.layers]
+        return cache
+
     def _shared_prefill(
-        self, contexts: Sequence[Sequence[int]], input_ids: Any, attention: Any
+        self,
+        contexts: Sequence[Sequence[int]],
+        input_ids: Any,
+        attention: Any,
+        capacity: int = 0,
     ) -> Any:
         """A KV cache of all but the last context token, computed once per distinct context.
 
@@ -165,12 +189,103 @@ class HFPolicy:
             input_ids=ids,
             attention_mask=mask,
             position_ids=positions,
+            past_key_values=self._new_cache(capacity),
             use_cache=True,
             logits_to_keep=1,
         )
         cache = out.past_key_values
         cache.reorder_cache(torch.tensor(inverse, device=input_ids.device))
         return cache
+
+
+def PreallocatedLayer(capacity: int) -> Any:  # noqa: N802 (a class factory, used like a class)
+    """A cache layer holding ``capacity`` positions, written in place (see ``_PreallocatedLayer``)."""
+    return _preallocated_layer_class()(capacity)
+
+
+_LAYER_CLASS: Any = None
+
+
+def _preallocated_layer_class() -> Any:
+    """transformers' ``DynamicLayer`` with its keys and values in buffers allocated once.
+
+    ``DynamicLayer.update`` appends each new token with ``torch.cat``, copying the whole
+    cache of every layer at every decoding step: on the GRPO shape of ``bench trl`` (600-token
+    prompts, 128 new tokens) that copying was the largest single cost of generation. This
+    layer writes each token into a buffer of ``capacity`` positions instead and hands
+    attention a view of the filled part, so attention sees exactly the tensors the dynamic
+    cache would give it (same length, same values: same samples and log-probs), where a
+    ``StaticCache`` would attend over the whole buffer under a mask. Past ``capacity`` the
+    buffer doubles.
+    """
+    global _LAYER_CLASS
+    if _LAYER_CLASS is not None:
+        return _LAYER_CLASS
+    import torch
+    from transformers.cache_utils import DynamicLayer
+
+    class _PreallocatedLayer(DynamicLayer):
+        def __init__(self, capacity: int) -> None:
+            super().__init__()
+            self.capacity = max(int(capacity), 1)
+            self.length = 0
+            self._keys: Any = None
+            self._values: Any = None
+
+        def lazy_initialization(self, key_states: Any, value_states: Any) -> None:
+            self.dtype, self.device = key_states.dtype, key_states.device
+            self._allocate(key_states, value_states, self.capacity)
+            self.is_initialized = True
+
+        def _allocate(self, keys: Any, values: Any, capacity: int) -> None:
+            """New buffers of ``capacity`` positions holding the first ``self.length`` of
+            ``keys`` / ``values``."""
+            shape_k, shape_v = list(keys.shape), list(values.shape)
+            shape_k[-2] = shape_v[-2] = capacity
+            new_k = torch.empty(shape_k, dtype=keys.dtype, device=keys.device)
+            new_v = torch.empty(shape_v, dtype=values.dtype, device=values.device)
+            if self.length:
+                new_k[..., : self.length, :] = keys[..., : self.length, :]
+                new_v[..., : self.length, :] = values[..., : self.length, :]
+            self._keys, self._values, self.capacity = new_k, new_v, capacity
+            self._expose()
+
+        def _expose(self) -> None:
+            self.keys = self._keys[..., : self.length, :]
+            self.values = self._values[..., : self.length, :]
+
+        def update(self, key_states: Any, value_states: Any, *args: Any, **kwargs: Any) -> Any:
+            if not self.is_initialized:
+                self.lazy_initialization(key_states, value_states)
+            elif self.keys is not None and (
+                self.keys.shape[-2] != self.length or self.keys.data_ptr() != self._keys.data_ptr()
+            ):
+                # something (crop, batch selection) replaced the tensors: adopt them
+                self.length = self.keys.shape[-2]
+                self._allocate(self.keys, self.values, max(self.capacity, self.length))
+            end = self.length + key_states.shape[-2]
+            if end > self.capacity:
+                self._allocate(self._keys, self._values, max(end, 2 * self.capacity))
+            self._keys[..., self.length : end, :] = key_states
+            self._values[..., self.length : end, :] = value_states
+            self.length = end
+            self._expose()
+            return self.keys, self.values
+
+        def reorder_cache(self, beam_idx: Any) -> None:
+            if self.is_initialized:
+                index = beam_idx.to(self._keys.device)
+                self._keys = self._keys.index_select(0, index)
+                self._values = self._values.index_select(0, index)
+                self._expose()
+
+        def reset(self) -> None:
+            super().reset()
+            self.length = 0
+            self._keys = self._values = None
+
+    _LAYER_CLASS = _PreallocatedLayer
+    return _LAYER_CLASS
 
 
 def _processor_list(recorder: SampledLogprobs) -> Any:
@@ -195,9 +310,12 @@ def _row_sampler(seeds: Sequence[int]) -> Any:
     class RowSampler(LogitsProcessor):
         def __call__(self, input_ids: Any, scores: Any) -> Any:
             probs = torch.softmax(scores.float(), dim=-1).cpu()
-            picks = torch.cat(
-                [torch.multinomial(probs[i], 1, generator=g) for i, g in enumerate(generators)]
-            ).to(scores.device)
+            # torch.multinomial(p, 1, generator=g) is argmax(p / q) with q ~ Exp(1) drawn
+            # from g (its one-sample path); the draws stay per row, the rest runs batched
+            noise = torch.empty_like(probs)
+            for row, generator in zip(noise, generators, strict=True):
+                row.exponential_(1, generator=generator)
+            picks = torch.argmax(probs / noise, dim=-1).to(scores.device)
             out = torch.full_like(scores, float("-inf"))
             out[torch.arange(len(picks), device=scores.device), picks] = 0.0
             return out

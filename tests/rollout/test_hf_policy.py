@@ -46,3 +46,64 @@ def test_distinct_contexts_skip_the_shared_prefill(tiny_model):
     assert policy._shared_prefill(contexts, ids, torch.ones_like(ids)) is None
     turns = policy.act(contexts, SamplingParams(1.0, 1.0, 0, max_new_tokens=4, seed=0))
     assert all(len(t.logprobs) == len(t.token_ids) > 0 for t in turns)
+
+
+def test_preallocated_cache_samples_what_the_growing_cache_does(tiny_model):
+    """Same tokens and bit-identical log-probs with and without the preallocated KV cache,
+    with and without the shared prefill, per-row seeds and one shared stream."""
+    from spreadrl.rollout.hf_policy import _preallocated_layer_class
+
+    model, tok = tiny_model
+    prompt = tok.encode("Sum column A and write the total in B1.", add_special_tokens=False)
+    other = tok.encode("Average of C1:C9?", add_special_tokens=False)
+    contexts = [prompt, prompt, other, prompt]
+    params = SamplingParams(0.9, 0.95, 20, max_new_tokens=12, seed=3)
+    assert isinstance(HFPolicy(model, tok)._new_cache(8).layers[0], _preallocated_layer_class())
+    assert HFPolicy(model, tok, preallocate_cache=False)._new_cache(8) is None
+    for share in (True, False):
+        for seeds in ([11, 12, 13, 14], None):
+            runs = [
+                HFPolicy(model, tok, share_prefill=share, preallocate_cache=pre).act(
+                    contexts, params, seeds=seeds
+                )
+                for pre in (True, False)
+            ]
+            for a, b in zip(*runs, strict=True):
+                assert a.token_ids == b.token_ids
+                assert a.logprobs == b.logprobs
+
+
+def test_preallocated_layer_grows_past_its_capacity_like_cat():
+    from spreadrl.rollout.hf_policy import PreallocatedLayer
+
+    layer = PreallocatedLayer(3)
+    gen = torch.Generator().manual_seed(0)
+    chunks = [torch.randn(2, 2, n, 4, generator=gen) for n in (2, 1, 3, 1)]
+    for i, chunk in enumerate(chunks):
+        keys, values = layer.update(chunk, -chunk)
+        expected = torch.cat(chunks[: i + 1], dim=-2)
+        assert torch.equal(keys, expected) and torch.equal(values, -expected)
+        assert layer.get_seq_length() == expected.shape[-2]
+    layer.reorder_cache(torch.tensor([1, 1]))
+    assert torch.equal(layer.keys, torch.cat(chunks, dim=-2)[[1, 1]])
+    layer.crop(-2)  # transformers' crop replaces the tensors; the next update adopts them
+    keys, _ = layer.update(chunks[1], -chunks[1])
+    assert torch.equal(keys, torch.cat([torch.cat(chunks, dim=-2)[[1, 1], :, :5], chunks[1]], -2))
+
+
+def test_row_sampler_draws_what_torch_multinomial_draws():
+    from spreadrl.rollout.hf_policy import _row_sampler
+
+    gen = torch.Generator().manual_seed(5)
+    scores = torch.randn(3, 50, generator=gen) * 3
+    scores[1, 10:] = float("-inf")
+    sampler = _row_sampler([1, 2, 3])
+    reference = [torch.Generator().manual_seed(s) for s in (1, 2, 3)]
+    probs = torch.softmax(scores, dim=-1)
+    for _ in range(20):
+        out = sampler(None, scores)
+        picks = out.argmax(-1).tolist()
+        assert picks == [
+            int(torch.multinomial(probs[i], 1, generator=g)) for i, g in enumerate(reference)
+        ]
+        assert (out == 0).sum().item() == 3
