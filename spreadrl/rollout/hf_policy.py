@@ -4,7 +4,9 @@ Many episodes advance together: each call generates one turn for every active
 episode, left-padding their contexts into one batch; finished episodes simply
 stop being passed in. Contexts that are identical (the G rollouts of a group
 on their first turn) share one prefill: the prompt's KV cache is computed once
-and copied to each of them.
+and copied to each of them. The KV cache is allocated once per call for the
+longest context plus ``max_new_tokens`` and written in place (transformers'
+default cache copies itself at every decoded token).
 
 Log-probs are those of the processed sampling distribution (temperature, then
 top-k, then top-p; see :mod:`spreadrl.rollout.sampling`), recorded step by step
