@@ -107,6 +107,11 @@ class HFPolicy:
             "pad_token_id": self.pad_id,
             "return_dict_in_generate": True,
             "logits_processor": _processor_list(recorder),
+            # under torchrun, generation runs with FSDP's parameters gathered
+            # (train.distributed.gathered_params): no collectives, so ranks may generate
+            # different numbers of times (refill rounds, multi-turn episodes). transformers'
+            # default for an FSDP module syncs every token across ranks, which then hangs.
+            "synced_gpus": False,
             # the recorder applies temperature, top-k and top-p; generate adds none of its own
             "temperature": 1.0 if sample else None,
             "top_k": 0 if sample else None,

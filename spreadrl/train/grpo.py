@@ -387,7 +387,9 @@ def train_grpo(
                     )
                     for sample, lp in zip(samples, old, strict=True):
                         sample.old_logprobs = lp
-            if samples and ref is not None:
+            # every rank enters the reference pass, even with no samples (dynamic sampling
+            # can keep none on one rank): gathering a sharded reference is a collective
+            if ref is not None:
                 for sample, lp in zip(
                     samples, reference_logprobs(ref, samples, pad_id, us), strict=True
                 ):
