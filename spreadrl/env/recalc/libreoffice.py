@@ -159,6 +159,8 @@ class LibreOfficeServer:
             with contextlib.suppress(OSError):
                 os.killpg(proc.pid, signal.SIGKILL)
             proc.wait()
+            if proc.stdout is not None:  # else a ResourceWarning at interpreter exit
+                proc.stdout.close()
         if self._profile is not None:
             self._profile.cleanup()
             self._profile = None
