@@ -56,6 +56,12 @@ def _env():
     return {**os.environ, "PYTHONPATH": str(REPO), "OMP_NUM_THREADS": "1"}
 
 
+def torchrun_command(*spreadrl_args, nproc=2):
+    """``torchrun --standalone --nproc-per-node N -m spreadrl ARGS`` with this Python."""
+    head = [sys.executable, "-m", "torch.distributed.run", "--standalone"]
+    return [*head, "--nproc-per-node", str(nproc), "-m", "spreadrl", *spreadrl_args]
+
+
 def _metrics(out):
     path = Path(out) / "metrics.jsonl"
     if not path.exists():

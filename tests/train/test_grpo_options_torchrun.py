@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import json
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -23,7 +22,7 @@ from rich.console import Console
 from spreadrl.config import load_config
 from spreadrl.train.config import GRPOConfig
 from spreadrl.train.grpo import train_grpo
-from tests.train.test_grpo_options_cli import REPO, _env, _overrides
+from tests.train.test_grpo_options_cli import REPO, _env, _overrides, torchrun_command
 
 GLOBAL = (
     "reward_mean",
@@ -58,19 +57,11 @@ def test_torchrun_two_ranks_equal_one_process(tiny_model_dir, tmp_path):
     train_grpo(cfg, console=Console(quiet=True))
 
     two = tmp_path / "two"
-    cmd = [
-        sys.executable,
-        "-m",
-        "torch.distributed.run",
-        "--standalone",
-        "--nproc-per-node",
-        "2",
-        "-m",
-        "spreadrl",
+    cmd = torchrun_command(
         "grpo",
         *_overrides(tiny_model_dir, two, 2),
         *SEED,
-    ]
+    )
     done = subprocess.run(cmd, cwd=REPO, env=_env(), capture_output=True, text=True, timeout=600)
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
 

@@ -14,12 +14,11 @@ from __future__ import annotations
 
 import json
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
-from tests.train.test_grpo_options_cli import REPO, _env, _overrides
+from tests.train.test_grpo_options_cli import REPO, _env, _overrides, torchrun_command
 
 
 def _metrics(out):
@@ -35,22 +34,14 @@ def test_torchrun_dynamic_sampling_finishes(tiny_model_dir, tmp_path, mode, step
         for o in _overrides(tiny_model_dir, out, steps)
         if not o.startswith(("rollout.prompts_per_step=", "sampling.mode="))
     ]
-    cmd = [
-        sys.executable,
-        "-m",
-        "torch.distributed.run",
-        "--standalone",
-        "--nproc-per-node",
-        "2",
-        "-m",
-        "spreadrl",
+    cmd = torchrun_command(
         "grpo",
         *base,
         "rollout.prompts_per_step=4",
         f"sampling.mode={mode}",
         "optim.mini_batch_size=8",
         "seed=2",
-    ]
+    )
     try:
         done = subprocess.run(
             cmd, cwd=REPO, env=_env(), capture_output=True, text=True, timeout=300

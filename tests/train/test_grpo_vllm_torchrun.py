@@ -18,7 +18,6 @@ from __future__ import annotations
 import json
 import os
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -29,7 +28,7 @@ from spreadrl.config import load_config
 from spreadrl.train.config import GRPOConfig
 from spreadrl.train.grpo import train_grpo
 from tests.rollout import fake_vllm
-from tests.train.test_grpo_options_cli import REPO, _overrides
+from tests.train.test_grpo_options_cli import REPO, _overrides, torchrun_command
 from tests.train.test_grpo_options_torchrun import GLOBAL, SEED, _metrics
 from tests.train.test_grpo_vllm_colocated import TransformersLLM
 
@@ -65,21 +64,13 @@ def test_torchrun_vllm_one_engine_per_rank_gets_full_weights(monkeypatch, tiny_m
 
     two, engines = tmp_path / "two", tmp_path / "engines"
     engines.mkdir()
-    cmd = [
-        sys.executable,
-        "-m",
-        "torch.distributed.run",
-        "--standalone",
-        "--nproc-per-node",
-        "2",
-        "-m",
-        "spreadrl",
+    cmd = torchrun_command(
         "grpo",
         *_overrides(tiny_model_dir, two, 2),
         *SEED,
         *VLLM,
         *SAME_UPDATE,
-    ]
+    )
     env = {
         **os.environ,
         "PYTHONPATH": f"{SHIM}{os.pathsep}{REPO}",

@@ -15,14 +15,20 @@ from __future__ import annotations
 import os
 import signal
 import subprocess
-import sys
 import time
 from pathlib import Path
 
 import pytest
 import torch
 
-from tests.train.test_grpo_options_cli import COMPARED, REPO, _env, _metrics, _overrides
+from tests.train.test_grpo_options_cli import (
+    COMPARED,
+    REPO,
+    _env,
+    _metrics,
+    _overrides,
+    torchrun_command,
+)
 from tests.train.test_grpo_options_torchrun import GLOBAL
 
 STEPS = 4
@@ -46,19 +52,11 @@ def straight(tiny_model_dir, tmp_path_factory):
 
 
 def _torchrun(model_dir, out):
-    return [
-        sys.executable,
-        "-m",
-        "torch.distributed.run",
-        "--standalone",
-        "--nproc-per-node",
-        "2",
-        "-m",
-        "spreadrl",
+    return torchrun_command(
         "grpo",
         *_overrides(model_dir, out, STEPS),
         *SEED,
-    ]
+    )
 
 
 def _rank_pid(launcher: int, rank: int) -> int:
@@ -154,15 +152,7 @@ SFT_STEPS = 40  # steps of a few ms: room for the signal to land before the end
 
 
 def _sft_torchrun(model_dir, data, out):
-    return [
-        sys.executable,
-        "-m",
-        "torch.distributed.run",
-        "--standalone",
-        "--nproc-per-node",
-        "2",
-        "-m",
-        "spreadrl",
+    return torchrun_command(
         "sft",
         f"model.name_or_path={model_dir}",
         f"data.path={data}",
@@ -172,7 +162,7 @@ def _sft_torchrun(model_dir, data, out):
         "optim.lr=3e-3",
         "optim.weight_decay=0.0",
         "device=cpu",
-    ]
+    )
 
 
 def _sft(model_dir, data, out):
