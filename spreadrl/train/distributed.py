@@ -142,7 +142,18 @@ def full_state_dict(model: Any) -> dict[str, Any]:
 
 
 def cleanup() -> None:
+    """Leave the process group cleanly: wait for every rank, then destroy it.
+
+    The barrier keeps a rank from tearing its connections down while a peer is
+    still in a collective (saving the final model gathers weights). Without an
+    explicit destroy, the backend's worker threads outlive the interpreter's
+    shutdown, where gloo's have been seen to abort the process ("terminate
+    called without an active exception") after a run that succeeded.
+    Call it on every rank, at the same point, and only on the normal path
+    (a rank that failed would leave the others waiting in the barrier).
+    """
     import torch.distributed as dist
 
     if dist.is_available() and dist.is_initialized():
+        dist.barrier()
         dist.destroy_process_group()

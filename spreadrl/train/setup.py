@@ -315,6 +315,7 @@ class Run:
         if not saved:
             self.save(step, *args)
         self.metrics.close()
+        self.close()
         folder = checkpoint_folder(self.ckpt_root, step)
         ranks = f" on all {self.info.world_size} ranks" if self.info.enabled else ""
         message = f"stopped by {signal_name} after step {step}/{total}{ranks}; checkpoint: {folder}"
@@ -325,4 +326,13 @@ class Run:
         from spreadrl.train.checkpoint import save_model
 
         self.metrics.close()
-        return save_model(model, tokenizer, self.out / "final", self.info)
+        final = save_model(model, tokenizer, self.out / "final", self.info)
+        self.close()
+        return final
+
+    def close(self) -> None:
+        """Leave the process group (all ranks together); a no-op in one process."""
+        from spreadrl.train.distributed import cleanup
+
+        if self.info.enabled:
+            cleanup()

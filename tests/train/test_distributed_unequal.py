@@ -18,7 +18,7 @@ import torch.multiprocessing as mp
 
 from spreadrl.train.batching import Sample
 from spreadrl.train.update import UpdateSettings, policy_update
-from tests.train.test_distributed import _free_port, _model, _samples
+from tests.train.test_distributed import _free_port, _model, _samples, leave_process_group
 
 TIMEOUT_S = 240
 SETTINGS = UpdateSettings(clip_low=0.2, clip_high=0.28, micro_batch_tokens=40, grad_clip=1e9)
@@ -47,7 +47,7 @@ def _update_worker(rank, world, port, model_dir, out_path, split, settings_kw, k
         LOCAL_RANK=str(rank),
     )
     torch.set_num_threads(1)
-    from spreadrl.train.distributed import cleanup, full_state_dict, init_distributed, shard_model
+    from spreadrl.train.distributed import full_state_dict, init_distributed, shard_model
 
     info = init_distributed("cpu")
     model = shard_model(_model(model_dir), info)
@@ -66,7 +66,7 @@ def _update_worker(rank, world, port, model_dir, out_path, split, settings_kw, k
     state = full_state_dict(model)
     if rank == 0:
         torch.save(state, out_path)
-    cleanup()
+    leave_process_group()
 
 
 def _run_two(tmp_path, model_dir, split, settings_kw, kind="grpo"):
