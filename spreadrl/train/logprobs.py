@@ -67,7 +67,9 @@ def _chunk_logprobs(
     """[n] log-probs of ``targets`` (and [n] entropies, stacked as [n, 2]) for one chunk."""
     import torch
 
-    raw = head(hidden).float() / temperature  # [n, vocab]
+    raw = head(hidden).float()  # [n, vocab]
+    if temperature != 1.0:  # x / 1.0 is x: skip a pass over [n, vocab] forward and backward
+        raw = raw / temperature
     scores = process_logits(raw, 1.0, top_k, top_p) if (top_k or top_p < 1.0) else raw
     index = targets.unsqueeze(-1)
     if scores is not raw:  # the asked-for token always counts as kept
