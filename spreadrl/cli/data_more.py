@@ -117,7 +117,11 @@ def filter_tasks(
     ),
     min_pass: float = typer.Option(0.0, "--min-pass", min=0.0, max=1.0),
     max_pass: float = typer.Option(1.0, "--max-pass", min=0.0, max=1.0),
-    engine: str = typer.Option("ironcalc", "--engine", help="Recalculation engine."),
+    engine: str = typer.Option(
+        "hybrid",
+        "--engine",
+        help="Recalculation engine: hybrid (the reward's), ironcalc, libreoffice.",
+    ),
     overwrite: bool = typer.Option(False, "--overwrite", help="Replace a non-empty --out."),
     as_json: bool = typer.Option(False, "--json", help="Print the report as JSON."),
 ) -> None:

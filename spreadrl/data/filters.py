@@ -72,7 +72,7 @@ class StructureFilter:
 
     name = "structure"
 
-    def __init__(self, engine: str = "ironcalc") -> None:
+    def __init__(self, engine: str = "hybrid") -> None:
         self.engine = engine
 
     def check(self, task: Task) -> str | None:
@@ -114,7 +114,7 @@ class ReproducibleFilter:
 
     name = "reproducible"
 
-    def __init__(self, engine: str = "ironcalc", max_cells: int = 3) -> None:
+    def __init__(self, engine: str = "hybrid", max_cells: int = 3) -> None:
         self.engine = engine
         self.max_cells = max_cells
 
