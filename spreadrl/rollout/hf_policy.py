@@ -6,7 +6,9 @@ stop being passed in. Contexts that are identical (the G rollouts of a group
 on their first turn) share one prefill: the prompt's KV cache is computed once
 and copied to each of them. The KV cache is allocated once per call for the
 longest context plus ``max_new_tokens`` and written in place (transformers'
-default cache copies itself at every decoded token).
+default cache copies itself at every decoded token). With ``cascade_attention`` (the
+default) a shared prompt is not even copied: its keys and values stay once per group and
+each decoded token attends to them once per group (see :mod:`spreadrl.rollout.cascade`).
 
 Log-probs are those of the processed sampling distribution (temperature, then
 top-k, then top-p; see :mod:`spreadrl.rollout.sampling`), recorded step by step
@@ -21,9 +23,11 @@ out halves of a step sample what one process sampling all of it does.
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Sequence
 from typing import Any
 
+from spreadrl.rollout.cascade import cascade_attention, cascade_cache, is_cascade_cache
 from spreadrl.rollout.sampling import SampledLogprobs
 from spreadrl.rollout.types import PolicyTurn, SamplingParams
 
@@ -42,12 +46,14 @@ class HFPolicy:
         max_batch_size: int = 64,
         share_prefill: bool = True,
         preallocate_cache: bool = True,
+        cascade_attention: bool = True,
     ) -> None:
         self.model = model
         self.tokenizer = tokenizer
         self.max_batch_size = max_batch_size
         self.share_prefill = share_prefill
         self.preallocate_cache = preallocate_cache
+        self.cascade_attention = cascade_attention
         self.stop_ids = stop_token_ids(tokenizer)
         self.pad_id = (
             tokenizer.pad_token_id if tokenizer.pad_token_id is not None else self.stop_ids[0]
@@ -127,12 +133,20 @@ class HFPolicy:
         input_ids, attention = input_ids.to(self.device), attention.to(self.device)
         with torch.no_grad():
             capacity = width + params.max_new_tokens
-            cache = self._shared_prefill(contexts, input_ids, attention, capacity)
+            cache = self._shared_prefill(
+                contexts, input_ids, attention, capacity, params.max_new_tokens
+            )
             if cache is None and self.preallocate_cache:
                 cache = self._new_cache(capacity)
             if cache is not None:
                 kwargs["past_key_values"] = cache
-            out = self.model.generate(input_ids=input_ids, attention_mask=attention, **kwargs)
+            scope = (
+                cascade_attention(self.model, cache)
+                if is_cascade_cache(cache)
+                else contextlib.nullcontext()
+            )
+            with scope:
+                out = self.model.generate(input_ids=input_ids, attention_mask=attention, **kwargs)
         if was_training:
             self.model.train()
         new_tokens = out.sequences[:, width:].cpu()
@@ -158,14 +172,19 @@ class HFPolicy:
         """An empty KV cache for ``generate``: preallocated to ``capacity`` positions per layer
         when ``preallocate_cache`` is on and every layer is a plain full-attention layer,
         else None (``generate`` then makes its own growing cache)."""
+        if not self.preallocate_cache:
+            return None
+        return self._plain_cache(capacity)
+
+    def _plain_cache(self, capacity: int) -> Any:
+        """A preallocated cache, or None unless every layer is a plain full-attention layer
+        (sliding-window, linear-attention or unknown layers: transformers' own cache)."""
         from transformers import DynamicCache
         from transformers.cache_utils import DynamicLayer
 
-        if not self.preallocate_cache:
-            return None
         cache = DynamicCache(config=self.model.config)
         if not cache.layers or any(type(layer) is not DynamicLayer for layer in cache.layers):
-            return None  # sliding-window, linear-attention or unknown layers: transformers' own
+            return None
         cache.layers = [PreallocatedLayer(capacity) for _ in cache.layers]
         return cache
 
@@ -175,12 +194,16 @@ class HFPolicy:
         input_ids: Any,
         attention: Any,
         capacity: int = 0,
+        new_tokens: int = 0,
     ) -> Any:
         """A KV cache of all but the last context token, computed once per distinct context.
 
         None when every context differs (``generate`` then prefills as usual).
-        The cache rows are copies of the distinct contexts' rows, in batch
-        order; ``generate`` runs only the last token of each context on it.
+        With ``cascade_attention`` (sdpa attention, plain full-attention layers) it is a
+        cascade cache holding each distinct context once plus a per-row suffix of
+        ``new_tokens + 1`` positions; otherwise its rows are copies of the distinct
+        contexts' rows, in batch order. ``generate`` runs only the last token of each
+        context on it.
         """
         import torch
 
@@ -192,15 +215,20 @@ class HFPolicy:
         ids = input_ids[representative, :-1]
         mask = attention[representative, :-1]
         positions = (mask.long().cumsum(-1) - 1).clamp(min=0)  # as generate does for left padding
+        cascade = None
+        if self.cascade_attention and self.model.config._attn_implementation == "sdpa":
+            cascade = self._plain_cache(ids.shape[1])
         out = self.model(
             input_ids=ids,
             attention_mask=mask,
             position_ids=positions,
-            past_key_values=self._new_cache(capacity),
+            past_key_values=cascade if cascade is not None else self._new_cache(capacity),
             use_cache=True,
             logits_to_keep=1,
         )
         cache = out.past_key_values
+        if cascade is not None:
+            return cascade_cache(cache, inverse, new_tokens)
         cache.reorder_cache(torch.tensor(inverse, device=input_ids.device))
         return cache
 
