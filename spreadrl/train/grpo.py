@@ -406,6 +406,7 @@ def train_grpo(
                 seed=cfg.seed + step,
                 world_size=info.world_size,
             )
+            catch_up_schedule(scheduler, step * updates_per_step)
             timings["update_s"] = time.perf_counter() - t0
             timings["train_peak_gb"] = memory.peak_gb() or 0.0
             metrics = {
@@ -526,6 +527,23 @@ def build_rollout_policy(
         )
         return engine, ColocatedRollouts(engine)
     return HFPolicy(model, tokenizer, max_batch_size=batch), None
+
+
+def catch_up_schedule(scheduler: Any, planned: int) -> None:
+    """Move the LR schedule to ``planned`` optimizer steps when fewer were taken.
+
+    The schedule is laid out for ``steps x epochs x mini-batches`` updates, but a
+    step can take fewer: dynamic sampling (``sampling.mode=drop``) trains fewer
+    samples, so fewer mini-batches, or none when every group was dropped. Without
+    this the decay would lag and never reach its end; with it, LR follows the
+    run's step count whatever was dropped (the same on every rank).
+    """
+    import warnings
+
+    with warnings.catch_warnings():  # "lr_scheduler.step() before optimizer.step()"
+        warnings.simplefilter("ignore", UserWarning)
+        while scheduler.last_epoch < planned:
+            scheduler.step()
 
 
 def _minibatches(cfg: GRPOConfig) -> int:

@@ -211,6 +211,25 @@ def test_constant_groups_are_dropped_or_refilled(tiny_model_dir, tmp_path, monke
         assert m["groups_kept"] == 2 and m["trained_sequences"] == 8
 
 
+@pytest.mark.slow
+@pytest.mark.parametrize("ids,trained", [(("mixed", "flat"), 4), (("flat", "flat2"), 0)])
+def test_lr_schedule_keeps_to_the_step_count_when_groups_are_dropped(
+    tiny_model_dir, tmp_path, ids, trained
+):
+    # 8 rollouts in mini-batches of 4: two planned updates per step, so over 2 steps a
+    # linear decay of 4 updates. drop keeps the mixed group only (4 samples: one update
+    # per step) or nothing (flat tasks only: no update); the LR must still stand where
+    # the plan puts it after each step: 0.5, then 0 of the base
+    extra = ["sampling.mode=drop", "optim.mini_batch_size=4", "optim.schedule=linear"]
+    cfg = _cfg(tiny_model_dir, tmp_path, steps=2, extra=extra)
+    pool = ScriptedRewardPool(flat={"flat", "flat2"})
+    train_grpo(cfg, console=QUIET, pool=pool, tasks=_tasks(*ids))
+    first, second = _metrics(tmp_path)
+    assert first["trained_sequences"] == second["trained_sequences"] == trained
+    assert first["lr"] == pytest.approx(0.5 * cfg.optim.lr)
+    assert second["lr"] == pytest.approx(0.0, abs=1e-12)
+
+
 # --- several PPO epochs and mini-batches --------------------------------------------------
 
 
