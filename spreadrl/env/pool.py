@@ -43,13 +43,18 @@ class PoolClosed(SpreadrlError):
 def _worker_main(env_factory: Callable[[], Any], conn: Connection) -> None:
     """Worker loop: one request at a time, envs keyed by episode id.
 
-    The worker leaves the trainer's process group and ignores SIGINT: Ctrl-C in
-    a terminal (sent to the foreground group) and the SIGINT / SIGTERM torchrun
-    forwards to a worker's group are the trainer's to handle. It finishes the
-    step under way, which needs these workers, then closes the pool. A worker
-    whose trainer died exits when the pipe closes (``EOFError`` below).
+    The worker leaves the trainer's process group and ignores SIGINT and SIGTERM:
+    Ctrl-C in a terminal (sent to the foreground group), the SIGINT / SIGTERM
+    torchrun forwards to a worker's group and the SIGTERM a cluster scheduler
+    sends to every process of a preempted job (Slurm's ``scancel``, by cgroup,
+    not by group) are the trainer's to handle. It finishes the step under way,
+    which needs these workers (killed, they would turn the step's episodes into
+    errors that the saved step trains on), then closes the pool. A worker whose
+    trainer died exits when the pipe closes (``EOFError`` below); the pool kills
+    (SIGKILL) a worker that does not stop when closed.
     """
     signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
     with contextlib.suppress(OSError):
         os.setpgid(0, 0)
     envs: dict[Hashable, Any] = {}

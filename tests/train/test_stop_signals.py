@@ -110,15 +110,27 @@ class _Echo:
         pass
 
 
-def test_tool_workers_leave_the_trainers_process_group_and_ignore_ctrl_c():
+def test_tool_workers_leave_the_trainers_process_group_and_ignore_ctrl_c_and_sigterm():
     from spreadrl.env.pool import EnvPool
 
     with EnvPool(_Echo, num_workers=1) as pool:
         pid = pool.reset("e", None).result(timeout=60)
         assert os.getpgid(pid) != os.getpgid(0)  # torchrun's killpg and a tty's ^C miss it
         os.kill(pid, signal.SIGINT)  # pending before the next request reaches the worker
+        # a cluster scheduler's preemption signals every process of the job directly
+        os.kill(pid, signal.SIGTERM)
         assert pool.step("e", "still here").result(timeout=60) == "still here"
         pool.finish("e").result(timeout=60)
+    assert not _alive(pid)  # closing the pool still ends the worker
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    with open(f"/proc/{pid}/stat") as f:  # a zombie not yet reaped counts as gone
+        return f.read().rsplit(")", 1)[1].split()[0] != "Z"
 
 
 def test_the_resume_command_is_the_same_command_under_the_same_launcher(monkeypatch):
