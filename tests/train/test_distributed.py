@@ -54,14 +54,7 @@ def _model(model_dir):
 
 
 def _worker(rank, world, port, model_dir, out_path, aggregation, kind="random"):
-    os.environ.update(
-        MASTER_ADDR="127.0.0.1",
-        MASTER_PORT=str(port),
-        RANK=str(rank),
-        WORLD_SIZE=str(world),
-        LOCAL_RANK=str(rank),
-    )
-    torch.set_num_threads(1)
+    join_group(rank, world, port)
     from spreadrl.train.distributed import full_state_dict, init_distributed, shard_model
 
     info = init_distributed("cpu")
@@ -74,6 +67,18 @@ def _worker(rank, world, port, model_dir, out_path, aggregation, kind="random"):
     if rank == 0:
         torch.save(state, out_path)
     leave_process_group()
+
+
+def join_group(rank: int, world: int, port: int) -> None:
+    """Start a spawned rank: torchrun's environment for a local gloo group, one thread."""
+    os.environ.update(
+        MASTER_ADDR="127.0.0.1",
+        MASTER_PORT=str(port),
+        RANK=str(rank),
+        WORLD_SIZE=str(world),
+        LOCAL_RANK=str(rank),
+    )
+    torch.set_num_threads(1)
 
 
 def leave_process_group() -> None:
@@ -127,14 +132,7 @@ def test_two_rank_fsdp_step_equals_single_process_step(tiny_model_dir, tmp_path,
 
 
 def _save_worker(rank, world, port, model_dir, root, full_path):
-    os.environ.update(
-        MASTER_ADDR="127.0.0.1",
-        MASTER_PORT=str(port),
-        RANK=str(rank),
-        WORLD_SIZE=str(world),
-        LOCAL_RANK=str(rank),
-    )
-    torch.set_num_threads(1)
+    join_group(rank, world, port)
     from torch.distributed.checkpoint.state_dict import StateDictOptions, get_optimizer_state_dict
 
     from spreadrl.train.checkpoint import save_checkpoint

@@ -9,7 +9,6 @@ Each spawn is bounded by a timeout, so a hang fails the test instead of stalling
 
 from __future__ import annotations
 
-import os
 import time
 
 import pytest
@@ -18,7 +17,13 @@ import torch.multiprocessing as mp
 
 from spreadrl.train.batching import Sample
 from spreadrl.train.update import UpdateSettings, policy_update
-from tests.train.test_distributed import _free_port, _model, _samples, leave_process_group
+from tests.train.test_distributed import (
+    _free_port,
+    _model,
+    _samples,
+    join_group,
+    leave_process_group,
+)
 
 TIMEOUT_S = 240
 SETTINGS = UpdateSettings(clip_low=0.2, clip_high=0.28, micro_batch_tokens=40, grad_clip=1e9)
@@ -39,14 +44,7 @@ def _spawn(worker, args: tuple) -> None:
 
 
 def _update_worker(rank, world, port, model_dir, out_path, split, settings_kw, kind):
-    os.environ.update(
-        MASTER_ADDR="127.0.0.1",
-        MASTER_PORT=str(port),
-        RANK=str(rank),
-        WORLD_SIZE=str(world),
-        LOCAL_RANK=str(rank),
-    )
-    torch.set_num_threads(1)
+    join_group(rank, world, port)
     from spreadrl.train.distributed import full_state_dict, init_distributed, shard_model
 
     info = init_distributed("cpu")
