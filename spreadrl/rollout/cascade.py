@@ -214,6 +214,24 @@ def _group_bias(layer: Any, mask: Any, batch: int, rep: int) -> Any:
     return shared["gbias"]
 
 
+def _row_slots(group_of_row: Any, groups: int) -> tuple[Any, Any]:
+    """Each row's slot within its group ``[batch]`` and each group's rows by slot
+    ``[groups, slots]`` (padding slots repeat the group's last row)."""
+    import torch
+
+    counts = torch.bincount(group_of_row, minlength=groups)
+    slot_of_row = torch.zeros_like(group_of_row)
+    slot_rows = torch.empty(
+        (groups, int(counts.max())), dtype=torch.long, device=group_of_row.device
+    )
+    seen = [0] * groups
+    for row, group in enumerate(group_of_row.tolist()):
+        slot_of_row[row] = seen[group]
+        slot_rows[group, seen[group] :] = row
+        seen[group] += 1
+    return slot_of_row, slot_rows
+
+
 def _cascade_layer_class() -> Any:
     """transformers' ``DynamicLayer`` holding a shared prefix and a per-row suffix (built on
     first use, so importing this module does not import torch)."""
@@ -221,13 +239,15 @@ def _cascade_layer_class() -> Any:
     if _LAYER_CLASS is not None:
         return _LAYER_CLASS
     import torch
-    from transformers.cache_utils import DynamicLayer
 
-    class _CascadeLayer(DynamicLayer):
+    from spreadrl.rollout.hf_policy import _preallocated_layer_class
+
+    class _CascadeLayer(_preallocated_layer_class()):
         """Keys and values as prefix ``[groups, kv, P, d]`` (read-only) and suffix
-        ``[batch, kv, S, d]`` (written in place). ``keys``/``values`` expose the suffix, which
-        is what ``update`` hands attention; lengths count both parts, so transformers sizes
-        its masks and positions for the whole sequence."""
+        ``[batch, kv, S, d]`` (the preallocated layer's buffers, written in place).
+        ``keys``/``values`` expose the suffix, which is what ``update`` hands attention;
+        lengths count both parts, so transformers sizes its masks and positions for the
+        whole sequence."""
 
         def __init__(
             self,
@@ -237,7 +257,7 @@ def _cascade_layer_class() -> Any:
             capacity: int,
             shared: dict[str, Any] | None = None,
         ) -> None:
-            super().__init__()
+            super().__init__(capacity)
             self.shared = shared if shared is not None else {}
             # the keys stored transposed ([groups, kv, d, P], contiguous): the per-step
             # q @ k^T then reads them in order (~15% faster than a transposed view on CPU)
@@ -245,54 +265,14 @@ def _cascade_layer_class() -> Any:
             self.prefix_values = prefix_values
             self.prefix_len = prefix_keys.shape[-2]
             self.group_of_row = group_of_row
-            groups = prefix_keys.shape[0]
-            counts = torch.bincount(group_of_row, minlength=groups)
-            slot_of_row = torch.zeros_like(group_of_row)
-            slots = int(counts.max())
-            slot_rows = torch.empty((groups, slots), dtype=torch.long, device=group_of_row.device)
-            seen = [0] * groups
-            for row, group in enumerate(group_of_row.tolist()):
-                slot_of_row[row] = seen[group]
-                slot_rows[group, seen[group] :] = row  # padding slots repeat the last row
-                seen[group] += 1
-            self.slot_of_row, self.slot_rows = slot_of_row, slot_rows
-            self.representative = slot_rows[:, 0]
-            self.dtype, self.device = prefix_keys.dtype, prefix_keys.device
-            self.capacity = max(int(capacity), 1)
-            self.length = 0
-            shape = (
-                len(group_of_row),
-                *prefix_keys.shape[1:2],
-                self.capacity,
-                prefix_keys.shape[-1],
+            if "slots" not in self.shared:  # the same for every layer of the cache: once
+                self.shared["slots"] = _row_slots(group_of_row, prefix_keys.shape[0])
+            self.slot_of_row, self.slot_rows = self.shared["slots"]
+            batch, kv_heads = len(group_of_row), prefix_keys.shape[1]
+            self.lazy_initialization(  # empty suffix buffers of ``capacity`` positions per row
+                prefix_keys.new_empty((batch, kv_heads, 0, prefix_keys.shape[-1])),
+                prefix_values.new_empty((batch, kv_heads, 0, prefix_values.shape[-1])),
             )
-            self._keys = torch.empty(shape, dtype=self.dtype, device=self.device)
-            self._values = torch.empty(
-                (*shape[:-1], prefix_values.shape[-1]), dtype=self.dtype, device=self.device
-            )
-            self.is_initialized = True
-            self._expose()
-
-        def _expose(self) -> None:
-            self.keys = self._keys[..., : self.length, :]
-            self.values = self._values[..., : self.length, :]
-
-        def update(self, key_states: Any, value_states: Any, *args: Any, **kwargs: Any) -> Any:
-            end = self.length + key_states.shape[-2]
-            if end > self.capacity:
-                capacity = max(end, 2 * self.capacity)
-                keys = self._keys.new_empty((*self._keys.shape[:2], capacity, self._keys.shape[-1]))
-                values = self._values.new_empty(
-                    (*self._values.shape[:2], capacity, self._values.shape[-1])
-                )
-                keys[..., : self.length, :] = self.keys
-                values[..., : self.length, :] = self.values
-                self._keys, self._values, self.capacity = keys, values, capacity
-            self._keys[..., self.length : end, :] = key_states
-            self._values[..., self.length : end, :] = value_states
-            self.length = end
-            self._expose()
-            return self.keys, self.values
 
         def joined(self) -> tuple[Any, Any]:
             """Prefix and suffix as one ``[batch, kv, P + S, d]`` pair (the slow fallback)."""
