@@ -8,13 +8,13 @@ from spreadrl.train.batching import Sample, collate
 from spreadrl.train.logprobs import chunk_tokens_for, sequence_logprobs
 
 
-@pytest.fixture(scope="module")
-def model():
+def tiny_qwen3(vocab: int = 97, seed: int = 0):
+    """A 2-layer float32 Qwen3 (GQA 4/2 heads, tied embeddings), seeded."""
     from transformers import Qwen3Config, Qwen3ForCausalLM
 
-    torch.manual_seed(0)
+    torch.manual_seed(seed)
     cfg = Qwen3Config(
-        vocab_size=97,
+        vocab_size=vocab,
         hidden_size=32,
         num_hidden_layers=2,
         num_attention_heads=4,
@@ -24,6 +24,11 @@ def model():
         tie_word_embeddings=True,
     )
     return Qwen3ForCausalLM(cfg).float()
+
+
+@pytest.fixture(scope="module")
+def model():
+    return tiny_qwen3()
 
 
 BATCH = collate(

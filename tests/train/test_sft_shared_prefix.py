@@ -51,15 +51,6 @@ def test_shared_prefix_matches_the_full_forward(tiny_model):
         torch.testing.assert_close(g_fast[name], grad, rtol=1e-4, atol=1e-6, msg=name)
 
 
-def test_no_shared_prefix_when_a_trained_token_comes_first():
-    a = Sample([5, 6, 7, 8], [0, 1, 1, 1])
-    b = Sample([5, 6, 7, 9, 9], [0, 0, 1, 1, 1])
-    assert common_untrained_prefix([a, b]) == 1  # a's first trained token is at 1
-    assert common_untrained_prefix([a]) == 0
-    c = Sample([1, 2], [0, 1])
-    assert common_untrained_prefix([Sample([1, 2, 3], [0, 0, 1]), c]) == 1  # keeps a suffix
-
-
 def test_train_sft_with_a_shared_prefix_learns_the_same(tiny_model_dir, tmp_path):
     from rich.console import Console
 

@@ -19,26 +19,10 @@ from spreadrl.train.batching import (
 )
 from spreadrl.train.logprobs import prefix_sharing, sequence_logprobs
 from spreadrl.train.update import UpdateSettings, compute_logprobs, policy_update
+from tests.train.test_logprobs import tiny_qwen3 as _model
 
 ATOL = 1e-5
 MIN = 4  # the tests' prompts are short; the default (32) is for real tool prompts
-
-
-def _model(vocab=97, seed=0):
-    from transformers import Qwen3Config, Qwen3ForCausalLM
-
-    torch.manual_seed(seed)
-    cfg = Qwen3Config(
-        vocab_size=vocab,
-        hidden_size=32,
-        num_hidden_layers=2,
-        num_attention_heads=4,
-        num_key_value_heads=2,
-        head_dim=8,
-        intermediate_size=64,
-        tie_word_embeddings=True,
-    )
-    return Qwen3ForCausalLM(cfg).float()
 
 
 def _groups(n_groups=3, size=4, seed=0, multi_turn=True):
