@@ -240,9 +240,9 @@ def _cascade_layer_class() -> Any:
         return _LAYER_CLASS
     import torch
 
-    from spreadrl.rollout.hf_policy import _preallocated_layer_class
+    from spreadrl.rollout.kv_cache import preallocated_layer_class
 
-    class _CascadeLayer(_preallocated_layer_class()):
+    class _CascadeLayer(preallocated_layer_class()):
         """Keys and values as prefix ``[groups, kv, P, d]`` (read-only) and suffix
         ``[batch, kv, S, d]`` (the preallocated layer's buffers, written in place).
         ``keys``/``values`` expose the suffix, which is what ``update`` hands attention;
