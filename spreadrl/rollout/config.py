@@ -89,6 +89,12 @@ class RolloutConfig(Section):
         "turn: one batched generation per round; episode: each episode's next turn starts "
         "when its tools return (vllm); auto: episode where the backend supports it.",
     )
+    max_staleness: int = option(
+        0,
+        "Asynchronous GRPO: rollouts of the next steps are sampled while the trainer updates, "
+        "by weights at most this many steps older than the ones trained (0 = synchronous: "
+        "generate, update, sync; docs/async.md).",
+    )
 
     def validate(self) -> None:
         if self.group_size < 2:
@@ -109,7 +115,7 @@ class RolloutConfig(Section):
         ):
             if getattr(self, name) < 1:
                 raise ConfigError(f"rollout.{name} must be at least 1, got {getattr(self, name)}")
-        for name in ("max_tool_response_chars", "max_serial_calls"):
+        for name in ("max_tool_response_chars", "max_serial_calls", "max_staleness"):
             if getattr(self, name) < 0:
                 raise ConfigError(
                     f"rollout.{name} must be 0 (off) or positive, got {getattr(self, name)}"
