@@ -54,13 +54,7 @@ LAYER_NAMES = {
 
 # Imports that point up a layer on purpose, each with its reason. Keep this short:
 # an entry here is a debt, not a design.
-ALLOWED_UPWARD: dict[tuple[str, str], str] = {
-    # The synthesizer's self-check grades each generated case with the reward
-    # (the checker lives in env) and replays delete_rows; the built-in splits are
-    # synthesized from data.sources, so moving it out of data is a bigger change.
-    ("spreadrl.data.synth.verify", "spreadrl.env.checker"): "synth checks its answers",
-    ("spreadrl.data.synth.verify", "spreadrl.env.refshift"): "synth replays delete_rows",
-}
+ALLOWED_UPWARD: dict[tuple[str, str], str] = {}
 
 
 def _module_name(path: Path) -> str:
@@ -255,11 +249,7 @@ def _package_cycles(
 
 
 # Package cycles known and not yet removed, each with its reason; the list only shrinks.
-KNOWN_PACKAGE_CYCLES: dict[tuple[str, ...], str] = {
-    # data's synthesizer checks its cases with env's checker (ALLOWED_UPWARD above)
-    # while env reads data's Task: a debt of issue 24, listed so a new cycle fails.
-    ("data", "env"): "the synthesizer's self-check grades with env",
-}
+KNOWN_PACKAGE_CYCLES: dict[tuple[str, ...], str] = {}
 
 
 def test_no_cycles_between_packages() -> None:

@@ -51,6 +51,7 @@ def synth(
     from rich.console import Console
 
     from spreadrl.data.synth import describe_families, synthesize
+    from spreadrl.env.case_check import verify_case
 
     console = Console()
     if list_families:
@@ -81,6 +82,7 @@ def synth(
         cases=cases,
         overwrite=overwrite,
         progress=True,
+        check=verify_case,
     )
     console.print(
         f"wrote {len(task_set)} tasks ({len(task_set.episodes())} cases) to {task_set.root}",

@@ -6,6 +6,10 @@ half-built suite) and afterwards loads it from the cache:
 ``$SPREADRL_CACHE/builtin/<version>/<split>``, or
 ``~/.cache/spreadrl/builtin/<version>/<split>`` when SPREADRL_CACHE is unset.
 Bump :data:`BUILTIN_VERSION` whenever a family or a split definition changes.
+
+The splits are written without the synthesizer's self-check, which grades with
+env's checker (data never imports env); generation is deterministic, so
+tests/data/test_builtin.py checks every split's cases with that checker instead.
 """
 
 from __future__ import annotations

@@ -55,6 +55,14 @@ def test_synth_writes_a_task_set(tmp_path):
     assert len(tasks) == 2 and all(len(t.cases) == 1 for t in tasks)
 
 
+def test_synth_checks_every_case_with_the_env_checker(tmp_path, monkeypatch):
+    from spreadrl.env import case_check
+
+    monkeypatch.setattr(case_check, "verify_case", lambda *args: ["the answer is wrong"])
+    result = _run("synth", "--out", str(tmp_path / "s"), "--n", "1", "--seed", "3")
+    assert result.exit_code != 0 and "the answer is wrong" in str(result.exception)
+
+
 def test_synth_needs_out_and_n():
     result = _run("synth", "--n", "2")
     assert result.exit_code == 1 and "--out" in str(result.exception)

@@ -8,11 +8,11 @@ from pathlib import Path
 import openpyxl
 import pytest
 
-from spreadrl.data.synth import FAMILIES, describe_families, synthesize
+from spreadrl.data.synth import FAMILIES, SynthVerificationError, describe_families, synthesize
 from spreadrl.data.synth.base import json_value
 from spreadrl.data.synth.columns import add_months, excel_weekday
-from spreadrl.data.synth.verify import apply_calls, verify_case
 from spreadrl.data.task import CELL_LEVEL, INSTRUCTION_TYPES
+from spreadrl.env.case_check import apply_calls, verify_case
 from spreadrl.errors import SpreadrlError
 
 
@@ -40,7 +40,9 @@ def test_every_family_verifies_at_every_level(tmp_path: Path, name: str) -> None
     tasks = [
         task
         for level in family.difficulties
-        for task in synthesize(tmp_path / level, 1, seed=3, families=[name], difficulty=[level])
+        for task in synthesize(
+            tmp_path / level, 1, seed=3, families=[name], difficulty=[level], check=verify_case
+        )
     ]
     assert {t.difficulty for t in tasks} == set(family.difficulties)
     for task in tasks:
@@ -110,6 +112,18 @@ def test_dataset_index_fields(tmp_path: Path) -> None:
         assert entry["source"] == "synth" and entry["family"] in FAMILIES
         assert entry["difficulty"] in ("easy", "medium", "hard")
         assert entry["instruction_type"] in INSTRUCTION_TYPES
+
+
+def test_a_failing_check_stops_synthesis_naming_family_and_seed(tmp_path: Path) -> None:
+    seen: list[tuple[Path, str, int]] = []
+
+    def check(input_path, answer_path, answer_position, calls):
+        seen.append((input_path, answer_position, len(calls)))
+        return ["the input already passes (nothing to do)"]
+
+    with pytest.raises(SynthVerificationError, match=r"'column_sum' \(seed 6, task 0, case 1\)"):
+        synthesize(tmp_path, 2, seed=6, families=["column_sum"], difficulty=["easy"], check=check)
+    assert len(seen) == 1 and seen[0][0].name.endswith("_input.xlsx") and seen[0][2] >= 1
 
 
 def test_verifier_rejects_a_wrong_solution(tmp_path: Path) -> None:

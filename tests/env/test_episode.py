@@ -145,7 +145,7 @@ def test_misuse_of_the_interface_raises(tmp_path):
 
 def test_every_family_reference_solution_replays_to_one(tmp_path):
     families = [f["name"] for f in describe_families()]
-    tasks = synthesize(tmp_path / "suite", len(families), 11, families=families, verify=False)
+    tasks = synthesize(tmp_path / "suite", len(families), 11, families=families)
     assert {t.family for t in tasks} == set(families)
     for task in tasks:
         for case in task.cases:
@@ -181,7 +181,7 @@ def test_the_gym_scores_with_the_checkers_engine_and_starts_no_libreoffice_for_p
     monkeypatch.setattr(LibreOfficeServer, "convert", convert)
     monkeypatch.setattr(ServiceClient, "convert", convert)  # the machine-wide service's client
     families = [f["name"] for f in describe_families()]
-    tasks = synthesize(tmp_path / "suite", len(families), 5, families=families, verify=False)
+    tasks = synthesize(tmp_path / "suite", len(families), 5, families=families)
     for task in tasks:
         case = task.cases[0]
         result, _ = replay(task, case.index, case.load_solution())

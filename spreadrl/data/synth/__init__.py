@@ -2,9 +2,11 @@
 
 ``synthesize(out, n, seed)`` draws ``n`` tasks from the families in
 :data:`FAMILIES`, writes each as SpreadsheetBench does (input, answer and
-reference-solution files per case, plus dataset.json), verifies every case
-with the real checker (see :mod:`spreadrl.data.synth.verify`) and returns the
-loaded :class:`~spreadrl.data.task.TaskSet`. The same seed gives the same
+reference-solution files per case, plus dataset.json), checks every case
+with the ``check`` it is given (the real one is
+:func:`spreadrl.env.case_check.verify_case`, which grades with env's checker, so
+the caller passes it: data never imports env) and returns the loaded
+:class:`~spreadrl.data.task.TaskSet`. The same seed gives the same
 dataset.json byte for byte and the same workbook contents.
 """
 
@@ -18,7 +20,13 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-from spreadrl.data.synth.base import DIFFICULTIES, Family, TaskSpec
+from spreadrl.data.synth.base import (
+    DIFFICULTIES,
+    CaseCheck,
+    Family,
+    SynthVerificationError,
+    TaskSpec,
+)
 from spreadrl.data.task import Task, TaskCase, TaskSet, load_tasks, write_dataset_index
 from spreadrl.errors import SpreadrlError
 
@@ -107,7 +115,7 @@ def synthesize(
     difficulty: Sequence[str] | None = None,
     cases: int | None = None,
     *,
-    verify: bool = True,
+    check: CaseCheck | None = None,
     overwrite: bool = False,
     progress: bool | Callable[[int, int], None] = False,
     id_prefix: str = "synth",
@@ -118,6 +126,9 @@ def synthesize(
     cover every family), each task's difficulty uniformly from the allowed ones
     it supports; ``cases`` fixes the case count (default 1-3 at random).
     ``progress`` is True for a rich progress bar or a callback ``(done, total)``.
+    ``check`` (e.g. :func:`spreadrl.env.case_check.verify_case`) checks every
+    written case and raises :class:`SynthVerificationError` on the first
+    problem; without it the cases are written unchecked.
     ``out`` must be empty or absent unless ``overwrite``.
     """
     out = Path(out)
@@ -151,8 +162,8 @@ def synthesize(
             task_id = f"{id_prefix}-{seed}-{i:05d}"
             folder = out / task_id
             written = _write_task(folder, task_id, spec)
-            if verify:
-                _verify(family.name, seed, i, spec, written)
+            if check is not None:
+                _verify(check, family.name, seed, i, spec, written)
             tasks.append(
                 Task(
                     id=task_id,
@@ -178,13 +189,16 @@ def synthesize(
     return load_tasks(out)
 
 
-def _verify(name: str, seed: int, index: int, spec: TaskSpec, written: tuple[TaskCase, ...]):
-    from spreadrl.data.synth.verify import SynthVerificationError, verify_case
-
+def _verify(
+    check: CaseCheck,
+    name: str,
+    seed: int,
+    index: int,
+    spec: TaskSpec,
+    written: tuple[TaskCase, ...],
+) -> None:
     for case, case_spec in zip(written, spec.cases, strict=True):
-        problems = verify_case(
-            case.input_path, case.answer_path, spec.answer_position, case_spec.calls
-        )
+        problems = check(case.input_path, case.answer_path, spec.answer_position, case_spec.calls)
         if problems:
             raise SynthVerificationError(
                 f"family {name!r} (seed {seed}, task {index}, case {case.index}) produced a bad "
@@ -193,4 +207,12 @@ def _verify(name: str, seed: int, index: int, spec: TaskSpec, written: tuple[Tas
             )
 
 
-__all__ = ["DIFFICULTIES", "FAMILIES", "Family", "describe_families", "synthesize"]
+__all__ = [
+    "DIFFICULTIES",
+    "FAMILIES",
+    "CaseCheck",
+    "Family",
+    "SynthVerificationError",
+    "describe_families",
+    "synthesize",
+]

@@ -15,7 +15,9 @@ import random
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
+
+from spreadrl.errors import SpreadrlError
 
 DIFFICULTIES = ("easy", "medium", "hard")
 DATE_FORMAT = "yyyy-mm-dd"
@@ -148,6 +150,27 @@ class TaskSpec:
 
 
 Builder = Callable[[random.Random, str, int], TaskSpec]
+
+
+class SynthVerificationError(SpreadrlError):
+    """A synthesized task failed its own checks (a bug in the family)."""
+
+
+class CaseCheck(Protocol):
+    """Checks one written case; returns its problems (empty when it is sound).
+
+    The check grades with the environment's answer checker, which data must not
+    import (imports run env -> data), so the caller passes one in:
+    :func:`spreadrl.env.case_check.verify_case` is the real one.
+    """
+
+    def __call__(
+        self,
+        input_path: Path,
+        answer_path: Path,
+        answer_position: str,
+        calls: list[dict[str, Any]],
+    ) -> list[str]: ...
 
 
 @dataclass(frozen=True)

@@ -1,13 +1,17 @@
-"""Generation-time verification of synthesized tasks.
+"""Generation-time check of a synthesized case against the real answer checker.
 
-Every case must satisfy three things, checked with the real answer checker
-(:func:`spreadrl.env.checker.check_workbook`): the answer passes against
-itself, the untouched input fails (the task is not already solved), and the
-reference solution applied to the input passes. The gym replays solutions for
-real; here a small openpyxl applier of the subset the families emit
-(write_range, manage_sheet add, delete_rows) stands in for it, so synthesis
-needs no gym. A failure is a bug in the family and raises
-:class:`SynthVerificationError` naming it and the seed.
+Every case must satisfy three things, checked with
+:func:`spreadrl.env.checker.check_workbook` (the reward's own view): the answer
+passes against itself, the untouched input fails (the task is not already
+solved), and the reference solution applied to the input passes. The gym
+replays solutions for real; here a small openpyxl applier of the subset the
+families emit (write_range, manage_sheet add, delete_rows) stands in for it.
+
+It lives in env, not beside the synthesizer in data, because it grades with
+env's checker and replays delete_rows with env's reference shifting: data never
+imports env. :func:`verify_case` fits :class:`spreadrl.data.synth.base.CaseCheck`;
+the caller (``spreadrl data synth``, the tests) hands it to
+:func:`spreadrl.data.synth.synthesize`.
 """
 
 from __future__ import annotations
@@ -16,11 +20,11 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-from spreadrl.errors import SpreadrlError
+import openpyxl
+from openpyxl.utils.cell import range_boundaries
 
-
-class SynthVerificationError(SpreadrlError):
-    """A synthesized task failed its own checks (a bug in the family)."""
+from spreadrl.env.checker import check_workbook
+from spreadrl.env.refshift import delete_and_shift
 
 
 def _split_range(text: str, default: str) -> tuple[str, str]:
@@ -34,9 +38,6 @@ def _split_range(text: str, default: str) -> tuple[str, str]:
 
 def apply_calls(input_path: Path, calls: list[dict[str, Any]], output_path: Path) -> None:
     """Apply reference-solution calls to a copy of ``input_path`` with openpyxl."""
-    import openpyxl
-    from openpyxl.utils.cell import range_boundaries
-
     wb = openpyxl.load_workbook(input_path)
     for call in calls:
         name, args = call["name"], call.get("arguments", {})
@@ -63,8 +64,6 @@ def apply_calls(input_path: Path, calls: list[dict[str, Any]], output_path: Path
         elif name == "manage_sheet" and args.get("action") == "add":
             wb.create_sheet(args.get("sheet") or args["new_name"])
         elif name == "delete_rows":
-            from spreadrl.env.refshift import delete_and_shift
-
             ws = wb[args.get("sheet") or wb.sheetnames[0]]
             delete_and_shift(wb, ws, "row", int(args["start_row"]), int(args.get("count", 1)))
         else:
@@ -76,8 +75,6 @@ def verify_case(
     input_path: Path, answer_path: Path, answer_position: str, calls: list[dict[str, Any]]
 ) -> list[str]:
     """Problems with one case (empty when it is sound)."""
-    from spreadrl.env.checker import check_workbook
-
     problems = []
     if not check_workbook(answer_path, answer_path, answer_position).passed:
         problems.append("the answer does not pass against itself")
