@@ -82,9 +82,9 @@ test-vllm: $(VLLM_STAMP)
 	$(VLLM_PY) -m pytest -q -m vllm tests/vllm
 
 lint: install
-	$(VENV)/bin/ruff check spreadrl tests
-	$(VENV)/bin/ruff format --check spreadrl tests
+	$(VENV)/bin/ruff check spreadrl tests tools
+	$(VENV)/bin/ruff format --check spreadrl tests tools
 
 format: install
-	$(VENV)/bin/ruff format spreadrl tests
-	$(VENV)/bin/ruff check --fix spreadrl tests
+	$(VENV)/bin/ruff format spreadrl tests tools
+	$(VENV)/bin/ruff check --fix spreadrl tests tools

