@@ -383,6 +383,11 @@ def _record_turn(state: EpisodeState, turn: PolicyTurn, token_level: bool, token
     traj.turns += 1
     text = turn.text
     if token_level and turn.token_ids is not None:
+        if turn.version is not None:  # asynchronous GRPO: which weights sampled these tokens
+            traj.response_versions.extend(
+                [-1] * (len(traj.response_ids) - len(traj.response_versions))
+            )
+            traj.response_versions.extend([turn.version] * len(turn.token_ids))
         traj.response_ids.extend(turn.token_ids)
         traj.response_mask.extend([1] * len(turn.token_ids))
         traj.generated_tokens += len(turn.token_ids)

@@ -58,6 +58,9 @@ class PolicyTurn:
     token_ids: list[int] | None = None
     logprobs: list[float] | None = None
     finish_reason: str = "stop"
+    # the policy version (trainer steps taken) of the weights that sampled the turn;
+    # set only by asynchronous GRPO's versioned policy (spreadrl.train.async_rollouts)
+    version: int | None = None
 
 
 @dataclass
@@ -73,6 +76,9 @@ class Trajectory:
     response_ids: list[int] = field(default_factory=list)
     response_mask: list[int] = field(default_factory=list)
     rollout_logprobs: list[float] = field(default_factory=list)
+    # asynchronous GRPO only (empty otherwise): per response token, the policy version
+    # that sampled it, -1 for tokens the policy did not sample (tool responses, template)
+    response_versions: list[int] = field(default_factory=list)
     turns: int = 0
     tool_calls: int = 0
     tool_errors: int = 0
@@ -94,9 +100,12 @@ class Trajectory:
 
     def to_json(self, *, with_tokens: bool = True) -> dict[str, Any]:
         data = asdict(self)
+        if not data["response_versions"]:  # a synchronous run writes what it always wrote
+            data.pop("response_versions")
         if not with_tokens:
             for name in ("prompt_ids", "response_ids", "response_mask", "rollout_logprobs"):
                 data.pop(name)
+            data.pop("response_versions", None)
         return data
 
     @classmethod

@@ -40,6 +40,8 @@ class Sample:
     ref_logprobs: list[float] | None = None
     rollout_logprobs: list[float] | None = None
     group: int = 0
+    # asynchronous GRPO: the oldest policy version among the sampled tokens (None: synchronous)
+    version: int | None = None
     extra: dict[str, Any] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
