@@ -20,7 +20,6 @@ import json
 import logging
 import shutil
 import tempfile
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -33,6 +32,8 @@ from spreadrl.env.answers import (
     normalize_tests,
     run_code_tests,
 )
+from spreadrl.env.config import EnvConfig
+from spreadrl.env.sandbox import SandboxLimits, SandboxResult, run_python
 from spreadrl.env.types import (
     EndReason,
     EpisodeResult,
@@ -41,7 +42,7 @@ from spreadrl.env.types import (
     StepResult,
     ToolCall,
 )
-from spreadrl.errors import ConfigError, SpreadrlError, TaskFormatError
+from spreadrl.errors import SpreadrlError, TaskFormatError
 
 log = logging.getLogger(__name__)
 
@@ -75,52 +76,43 @@ CODE_SUFFIX = (
 _MARKER = "\n[... {n} characters truncated ...]\n"
 
 
-@dataclass(frozen=True)
-class CodeEnvConfig:
-    """Budgets and sandbox limits of one episode (defaults follow seed 001: 16 turns)."""
+# Limits of the code environment that no recipe key sets. They are constants, not
+# options, because a new key would change every recipe's resolved config (kept
+# byte-identical on purpose), and no existing key means the same thing: env.code_wall_time_s
+# (120 s) is the spreadsheet gym's code_interpreter limit, while GRPO-TCR's seed 001
+# gives each call of this environment 30 s. Tests patch these module attributes to
+# run faster; the helpers below read them at call time.
+TOOL_WALL_TIME_S = 30.0
+"""Wall-clock limit of one ``code_interpreter`` call (seed 001)."""
+GRADING_WALL_TIME_S = 60.0
+"""Wall-clock limit of grading one final solution against all of its tests."""
+PER_TEST_TIMEOUT_S = 6.0
+"""Wall-clock limit of one test of a code problem (inside the grading limit)."""
+WORKDIR_ROOT: str | None = None
+"""Parent folder of the per-episode folders; None: the system's temporary folder."""
 
-    max_tool_calls: int = 16
-    max_observation_chars: int = 4000
-    tool_wall_time_s: float = 30.0
-    tool_memory_mb: int = 1024
-    grading_wall_time_s: float = 60.0
-    per_test_timeout_s: float = 6.0
-    sandbox_mode: str = "auto"
-    workdir_root: str | None = None
 
-    def __post_init__(self) -> None:
-        if self.max_tool_calls < 1:
-            raise ConfigError(f"env.max_tool_calls must be >= 1, got {self.max_tool_calls}")
-        if self.max_observation_chars < 200:
-            raise ConfigError(
-                f"env.max_observation_chars must be >= 200, got {self.max_observation_chars}"
-            )
-        for name in ("tool_wall_time_s", "grading_wall_time_s", "per_test_timeout_s"):
-            if getattr(self, name) <= 0:
-                raise ConfigError(f"env.{name} must be positive, got {getattr(self, name)}")
-        if self.sandbox_mode not in ("auto", "strict", "rlimit"):
-            raise ConfigError(
-                f"env.sandbox_mode is {self.sandbox_mode!r}; use one of auto, strict, rlimit"
-            )
+def tool_limits(config: EnvConfig) -> SandboxLimits:
+    """Sandbox limits of one ``code_interpreter`` call under ``config``.
 
-    def tool_limits(self) -> Any:
-        from spreadrl.env.sandbox import SandboxLimits
+    The output cap is four observations' worth, so the head and tail of a long
+    output survive until :func:`format_execution` cuts it to the observation size.
+    """
+    wall = TOOL_WALL_TIME_S
+    return SandboxLimits(
+        wall_time_s=wall,
+        cpu_time_s=max(1, int(wall)),
+        memory_mb=config.code_memory_mb,
+        max_output_chars=4 * config.max_observation_chars,
+    )
 
-        wall = self.tool_wall_time_s
-        return SandboxLimits(
-            wall_time_s=wall,
-            cpu_time_s=max(1, int(wall)),
-            memory_mb=self.tool_memory_mb,
-            max_output_chars=4 * self.max_observation_chars,
-        )
 
-    def grading_limits(self) -> Any:
-        from spreadrl.env.sandbox import SandboxLimits
-
-        wall = self.grading_wall_time_s
-        return SandboxLimits(
-            wall_time_s=wall, cpu_time_s=max(1, int(wall)), memory_mb=self.tool_memory_mb
-        )
+def grading_limits(config: EnvConfig) -> SandboxLimits:
+    """Sandbox limits of grading one final solution (the same memory as a tool call)."""
+    wall = GRADING_WALL_TIME_S
+    return SandboxLimits(
+        wall_time_s=wall, cpu_time_s=max(1, int(wall)), memory_mb=config.code_memory_mb
+    )
 
 
 def truncate_middle(text: str, limit: int) -> str:
@@ -132,7 +124,7 @@ def truncate_middle(text: str, limit: int) -> str:
     return text[:head] + _MARKER.format(n=len(text) - limit) + text[-tail:]
 
 
-def format_execution(result: Any, max_chars: int) -> str:
+def format_execution(result: SandboxResult, max_chars: int) -> str:
     """A compact observation of one run: stdout alone when the code ran cleanly;
     otherwise labelled stdout/stderr sections and the exit status or limit hit."""
     stdout, stderr = result.stdout, result.stderr
@@ -157,10 +149,15 @@ def format_execution(result: Any, max_chars: int) -> str:
 
 
 class CodeEnv:
-    """One episode at a time of a math or code problem; see the module docstring."""
+    """One episode at a time of a math or code problem; see the module docstring.
 
-    def __init__(self, config: CodeEnvConfig | None = None) -> None:
-        self.config = config or CodeEnvConfig()
+    ``config`` is the recipe's ``env`` section, read directly as the spreadsheet
+    gym reads it: the tool-call budget, the observation size, ``code_memory_mb``
+    and ``sandbox_mode``; the time limits are this module's constants.
+    """
+
+    def __init__(self, config: EnvConfig | None = None) -> None:
+        self.config = config or EnvConfig(kind="code", tools=[TOOL_NAME])
         self._task: Task | None = None
         self._workdir: Path | None = None
         self._calls = 0
@@ -179,7 +176,7 @@ class CodeEnv:
         self._task = task
         self._calls = self._errors = 0
         self._finished = False
-        root = self.config.workdir_root
+        root = WORKDIR_ROOT
         if root is not None:
             Path(root).mkdir(parents=True, exist_ok=True)
         self._workdir = Path(tempfile.mkdtemp(prefix="spreadrl-code-", dir=root))
@@ -210,13 +207,11 @@ class CodeEnv:
             return StepResult(
                 f"Error: {error}", ok=False, truncated=truncated, info={"error": "call"}
             )
-        from spreadrl.env.sandbox import run_python
-
         assert self._workdir is not None
         result = run_python(
             call.arguments["code"],
             self._workdir,
-            self.config.tool_limits(),
+            tool_limits(self.config),
             mode=self.config.sandbox_mode,
         )
         ok = result.exit_code == 0 and not result.timed_out and not result.error
@@ -310,9 +305,9 @@ class CodeEnv:
         grade = run_code_tests(
             code,
             tests,
-            self.config.grading_limits(),
+            grading_limits(self.config),
             mode=self.config.sandbox_mode,
-            per_test_timeout_s=self.config.per_test_timeout_s,
+            per_test_timeout_s=PER_TEST_TIMEOUT_S,
         )
         mismatches = [
             Mismatch("", f"test {o.index + 1}", o.expected, o.actual, o.detail)

@@ -6,7 +6,8 @@ write, search results) live here so a recipe's YAML can set them
 hard-coding numbers. The same class is the YAML section and what
 :class:`spreadrl.env.episode.SpreadsheetEnv` reads: there is no translation
 between them. The episode's wall-clock budget is the rollout's
-(``rollout.episode_wall_time_s``), the only one.
+(``rollout.episode_wall_time_s``), the only one. The math/code environment
+(``kind: code``, :mod:`spreadrl.env.code_env`) reads this same section.
 """
 
 from __future__ import annotations
@@ -20,6 +21,8 @@ from spreadrl.errors import ConfigError
 
 TOOL_PRESETS = ("minimal", "full", "spreadsheet-rl")
 ENGINE_ALIASES = ("soffice",)  # get_engine's other name for libreoffice
+CODE_MIN_OBSERVATION_CHARS = 200
+"""Smallest observation the code env accepts: its labels and exit status need room."""
 
 
 def check_engine_name(name: str, where: str) -> None:
@@ -111,7 +114,14 @@ class EnvConfig(Section):
         for name in ("max_tool_calls", "max_observation_chars", "page_cells", "max_write_cells"):
             if getattr(self, name) < 1:
                 raise ConfigError(f"env.{name} must be at least 1, got {getattr(self, name)}")
-
-
-EnvSettings = EnvConfig
-"""The recipe's ``env`` section is the environment's own config (the old name)."""
+        # YAML is checked against the Literal on loading; a section built in code is not
+        if self.sandbox_mode not in ("auto", "strict", "rlimit"):
+            raise ConfigError(
+                f"env.sandbox_mode is {self.sandbox_mode!r}; use one of auto, strict, rlimit"
+            )
+        # the code env labels stdout, stderr and the exit status inside the observation
+        if self.kind == "code" and self.max_observation_chars < CODE_MIN_OBSERVATION_CHARS:
+            raise ConfigError(
+                f"env.max_observation_chars must be at least {CODE_MIN_OBSERVATION_CHARS} "
+                f"with env.kind=code, got {self.max_observation_chars}"
+            )

@@ -10,7 +10,9 @@ from __future__ import annotations
 import functools
 from collections.abc import Callable, Sequence
 
+from spreadrl.env.code_env import CodeEnv
 from spreadrl.env.config import EnvConfig
+from spreadrl.env.episode import SpreadsheetEnv
 from spreadrl.env.pool import EnvPool, InlineEnvPool
 from spreadrl.env.types import Env
 
@@ -30,19 +32,7 @@ def env_factory(env: EnvConfig | str | Sequence[str]) -> Callable[[], Env]:
     """A picklable zero-argument constructor of one environment."""
     settings = _settings(env)
     if settings.kind == "code":
-        from spreadrl.env.code_env import CodeEnv, CodeEnvConfig
-
-        # the keys both environments share; the code env keeps its own 30 s per call
-        # (env.code_wall_time_s is the gym's code_interpreter limit)
-        code_config = CodeEnvConfig(
-            max_tool_calls=settings.max_tool_calls,
-            max_observation_chars=settings.max_observation_chars,
-            tool_memory_mb=settings.code_memory_mb,
-            sandbox_mode=settings.sandbox_mode,
-        )
-        return functools.partial(CodeEnv, code_config)
-    from spreadrl.env.episode import SpreadsheetEnv
-
+        return functools.partial(CodeEnv, settings)
     return functools.partial(SpreadsheetEnv, settings)
 
 

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from typing import Literal
 
 from spreadrl.config import Section, config_table, option, section
-from spreadrl.env.config import EnvSettings
+from spreadrl.env.config import EnvConfig
 from spreadrl.errors import ConfigError
 from spreadrl.eval.config import EvalConfig
 from spreadrl.rollout.config import RolloutConfig
@@ -194,7 +194,7 @@ class GRPOConfig(Section):
     model: ModelConfig = section(ModelConfig, "Policy model.")
     data: DataConfig = section(DataConfig, "Task sets.")
     rollout: RolloutConfig = section(RolloutConfig, "Rollouts and sampling.")
-    env: EnvSettings = section(EnvSettings, "Environment.")
+    env: EnvConfig = section(EnvConfig, "Environment.")
     reward: RewardConfig = section(RewardConfig, "Reward shaping.")
     loss: LossConfig = section(LossConfig, "Policy loss.")
     optim: OptimConfig = section(OptimConfig, "Optimizer and batching.")

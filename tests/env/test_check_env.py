@@ -8,8 +8,9 @@ import pytest
 
 from spreadrl.data.code_tasks import make_problem_task
 from spreadrl.data.task import CELL_LEVEL, Task, TaskCase
+from spreadrl.env import code_env
 from spreadrl.env.check import EnvContractError, check_env
-from spreadrl.env.code_env import CodeEnv, CodeEnvConfig
+from spreadrl.env.code_env import CodeEnv
 from spreadrl.env.config import EnvConfig
 from spreadrl.env.episode import SpreadsheetEnv
 from spreadrl.env.types import EndReason, Env, EpisodeResult, Observation, StepResult, ToolCall
@@ -74,9 +75,10 @@ def test_the_spreadsheet_gym_passes(tmp_path):
     check_env(env, task)
 
 
-def test_the_code_env_passes(tmp_path):
+def test_the_code_env_passes(tmp_path, monkeypatch):
+    monkeypatch.setattr(code_env, "WORKDIR_ROOT", str(tmp_path))
     task = make_problem_task("m1", "What is 6 * 7?", kind="math", answer="42")
-    env = CodeEnv(CodeEnvConfig(max_tool_calls=3, workdir_root=str(tmp_path)))
+    env = CodeEnv(EnvConfig(kind="code", tools=["code_interpreter"], max_tool_calls=3))
     assert isinstance(env, Env)
     check_env(env, task)
 

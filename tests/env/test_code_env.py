@@ -9,16 +9,20 @@ from pathlib import Path
 import pytest
 
 from spreadrl.data.code_tasks import builtin_code_tasks, make_problem_task
+from spreadrl.env import code_env
 from spreadrl.env.code_env import (
     CODE_INTERPRETER_SCHEMA,
     CODE_SYSTEM_PROMPT,
     CodeEnv,
-    CodeEnvConfig,
     format_execution,
+    grading_limits,
+    tool_limits,
     truncate_middle,
 )
+from spreadrl.env.config import EnvConfig
+from spreadrl.env.factory import env_factory
 from spreadrl.env.pool import InlineEnvPool
-from spreadrl.env.sandbox import SandboxResult
+from spreadrl.env.sandbox import SandboxLimits, SandboxResult
 from spreadrl.env.types import ToolCall
 from spreadrl.errors import ConfigError, SpreadrlError, TaskFormatError
 from spreadrl.rollout.runner import EpisodeJob, RolloutSettings, run_episodes
@@ -26,7 +30,24 @@ from spreadrl.rollout.scripted import format_tool_call
 from spreadrl.rollout.types import PolicyTurn
 from tests.rollout.fakes import make_task as make_spreadsheet_task
 
-FAST = CodeEnvConfig(tool_wall_time_s=3, grading_wall_time_s=10, per_test_timeout_s=2)
+
+def code_config(**overrides) -> EnvConfig:
+    """The recipe's env section for the code env (seed 001's budgets unless overridden)."""
+    fields = {"max_tool_calls": 16, "max_observation_chars": 4000, **overrides}
+    return EnvConfig(kind="code", tools=["code_interpreter"], **fields)
+
+
+FAST = code_config()
+
+
+@pytest.fixture(autouse=True)
+def fast_limits(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Shorter time limits than seed 001's 30 s / 60 s / 6 s, so hung code fails fast."""
+    monkeypatch.setattr(code_env, "TOOL_WALL_TIME_S", 3.0)
+    monkeypatch.setattr(code_env, "GRADING_WALL_TIME_S", 10.0)
+    monkeypatch.setattr(code_env, "PER_TEST_TIMEOUT_S", 2.0)
+
+
 MATH_TASK = make_problem_task(
     "sq", "What is the sum of the squares 1..10?", kind="math", answer="385"
 )
@@ -106,7 +127,7 @@ def test_bad_calls_become_error_observations():
 
 
 def test_tool_call_budget_truncates():
-    env = CodeEnv(CodeEnvConfig(max_tool_calls=2, tool_wall_time_s=3))
+    env = CodeEnv(code_config(max_tool_calls=2))
     env.reset(MATH_TASK)
     assert not env.step(run("print(1)")).truncated
     last = env.step(run("print(2)"))
@@ -117,10 +138,11 @@ def test_tool_call_budget_truncates():
     assert result.stop_reason == "max_tool_calls" and result.tool_calls == 2
 
 
-def test_infinite_loop_times_out_and_episode_goes_on():
+def test_infinite_loop_times_out_and_episode_goes_on(monkeypatch: pytest.MonkeyPatch):
     # The limit must also fit a healthy call on a loaded 2-core machine (a 1 s limit
     # timed out `print(6 * 7)` under bwrap at load 15), so it is not set tighter.
-    env = CodeEnv(CodeEnvConfig(tool_wall_time_s=4, max_observation_chars=300))
+    monkeypatch.setattr(code_env, "TOOL_WALL_TIME_S", 4.0)
+    env = CodeEnv(code_config(max_observation_chars=300))
     env.reset(MATH_TASK)
     hung = env.step(run("print('start', flush=True)\nwhile True:\n    pass"))
     assert not hung.ok and hung.info["timed_out"]
@@ -181,13 +203,28 @@ def test_contract_errors():
     with pytest.raises(SpreadrlError, match="already finished"):
         env.step(run("print(1)"))
     with pytest.raises(ConfigError, match="sandbox_mode"):
-        CodeEnvConfig(sandbox_mode="none")
+        code_config(sandbox_mode="none")
     with pytest.raises(ConfigError, match="max_tool_calls"):
-        CodeEnvConfig(max_tool_calls=0)
+        code_config(max_tool_calls=0)
+    with pytest.raises(ConfigError, match="max_observation_chars must be at least 200"):
+        code_config(max_observation_chars=199)
+    assert EnvConfig(max_observation_chars=199).max_observation_chars == 199  # the gym's own
 
 
-def test_workdir_is_removed_on_close(tmp_path):
-    env = CodeEnv(CodeEnvConfig(workdir_root=str(tmp_path / "work")))
+def test_the_recipe_section_sets_the_sandbox_limits():
+    """The factory hands the env section itself to the code env; its keys reach the sandbox."""
+    config = code_config(max_observation_chars=1000, code_memory_mb=512, sandbox_mode="rlimit")
+    env = env_factory(config)()
+    assert isinstance(env, CodeEnv) and env.config is config
+    assert tool_limits(config) == SandboxLimits(
+        wall_time_s=3.0, cpu_time_s=3, memory_mb=512, max_output_chars=4000
+    )
+    assert grading_limits(config) == SandboxLimits(wall_time_s=10.0, cpu_time_s=10, memory_mb=512)
+
+
+def test_workdir_is_removed_on_close(tmp_path, monkeypatch: pytest.MonkeyPatch):
+    monkeypatch.setattr(code_env, "WORKDIR_ROOT", str(tmp_path / "work"))
+    env = CodeEnv(FAST)
     env.reset(MATH_TASK)
     assert len(list((tmp_path / "work").iterdir())) == 1
     env.close()

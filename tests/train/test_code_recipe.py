@@ -7,11 +7,12 @@ import pytest
 from rich.console import Console
 
 from spreadrl.config import load_config
+from spreadrl.env.config import EnvConfig
 from spreadrl.env.factory import make_env_pool
 from spreadrl.eval.runner import read_trajectories, run_eval
 from spreadrl.rollout.runner import RolloutSettings
 from spreadrl.rollout.scripted import OraclePolicy
-from spreadrl.train.config import EnvSettings, GRPOConfig, SFTConfig
+from spreadrl.train.config import GRPOConfig, SFTConfig
 from spreadrl.train.grpo import train_grpo
 from spreadrl.train.sft import train_sft
 from spreadrl.train.sft_data import trajectories_to_sft_rows
@@ -24,7 +25,7 @@ def test_sft_then_grpo_tcr_on_builtin_code_tasks(tiny_model_dir, tmp_path):
     from spreadrl.data.sources import resolve_tasks
 
     train = resolve_tasks("builtin-code:train")
-    with make_env_pool(EnvSettings(kind="code", tools=["code_interpreter"])) as pool:
+    with make_env_pool(EnvConfig(kind="code", tools=["code_interpreter"])) as pool:
         run_eval(
             train,
             OraclePolicy(),
