@@ -29,6 +29,8 @@ from typing import Any
 
 # the test format is part of the task format (data layer); re-exported here
 from spreadrl.data.code_tests import CodeTests, normalize_tests  # noqa: F401
+from spreadrl.data.jsontypes import JSONValue
+from spreadrl.env.sandbox import SandboxLimits, run_python
 
 log = logging.getLogger(__name__)
 
@@ -194,8 +196,8 @@ class TestOutcome:
 
     index: int
     passed: bool
-    expected: Any = None
-    actual: Any = None
+    expected: JSONValue = None
+    actual: JSONValue = None
     detail: str = ""
 
 
@@ -246,7 +248,7 @@ __spreadrl_main()
 def run_code_tests(
     solution: str,
     tests: CodeTests,
-    limits: Any = None,
+    limits: SandboxLimits | None = None,
     *,
     mode: str = "auto",
     per_test_timeout_s: float = 6.0,
@@ -256,8 +258,6 @@ def run_code_tests(
     ``limits`` (SandboxLimits) bounds the whole call; each test also gets
     ``per_test_timeout_s``. A test that times out stops the rest (they count as failed).
     """
-    from spreadrl.env.sandbox import SandboxLimits, run_python
-
     limits = replace(limits or SandboxLimits(), max_output_chars=2_000_000)
     marker = f"__SPREADRL_OK_{secrets.token_hex(8)}__"
     if tests.kind == "assert":

@@ -16,25 +16,31 @@ from __future__ import annotations
 
 from typing import Any
 
+from openpyxl.utils.cell import get_column_letter
+from openpyxl.workbook.workbook import Workbook
+
+from spreadrl.data.jsontypes import JSONScalar
+from spreadrl.env.workbook import WorkingCopy
+
 MAX_TRACKED_CELLS = 100_000
 MAX_CHANGES_PER_CALL = 50
 
 Snapshot = dict[str, dict[tuple[int, int], Any]]  # sheet -> (row, column) -> stored value
 
 
-def cell_json(value: Any) -> Any:
+def cell_json(value: object) -> JSONScalar:
     """A stored cell value as JSON: scalars as they are, anything else (dates, arrays) as text."""
     if value is None or isinstance(value, str | int | float | bool):
         return value
     return str(getattr(value, "text", value))
 
 
-def stored_cells(wb: Any) -> int:
+def stored_cells(wb: Workbook) -> int:
     """How many cells openpyxl holds for ``wb`` (cheap: no cell is visited)."""
     return sum(len(ws._cells) for ws in wb.worksheets)
 
 
-def snapshot(wb: Any) -> Snapshot:
+def snapshot(wb: Workbook) -> Snapshot:
     """Every non-empty stored value of ``wb``, per sheet, keyed by (row, column).
 
     Reads openpyxl's private ``_cells`` and ``_value`` directly: the public accessors
@@ -57,8 +63,6 @@ def diff(before: Snapshot, after: Snapshot, limit: int = MAX_CHANGES_PER_CALL) -
 
     Each cell is ``{"sheet", "cell", "before", "after"}`` with JSON values (None = empty).
     """
-    from openpyxl.utils.cell import get_column_letter
-
     keys = []
     for sheet in sorted(before.keys() | after.keys()):
         old, new = before.get(sheet, {}), after.get(sheet, {})
@@ -85,7 +89,7 @@ class CellChangeTracker:
         self._snapshot: Snapshot | None = None
         self._version: int | None = None
 
-    def before(self, book: Any) -> None:
+    def before(self, book: WorkingCopy) -> None:
         """Make sure a snapshot of ``book`` at its current version exists."""
         if self._snapshot is not None and self._version == book.version:
             return
@@ -94,7 +98,7 @@ class CellChangeTracker:
             return
         self._snapshot, self._version = snapshot(book.wb), book.version
 
-    def after(self, book: Any) -> dict[str, Any]:
+    def after(self, book: WorkingCopy) -> dict[str, Any]:
         """``{"changed_cells": {...}}`` when the call edited ``book``, else ``{}`` (for step info)."""
         if self._version == book.version:
             return {}

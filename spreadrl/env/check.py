@@ -22,13 +22,10 @@ Not checked: that the reward is right (each environment's tests do that).
 from __future__ import annotations
 
 import math
-from typing import TYPE_CHECKING
 
+from spreadrl.data.task import Task
 from spreadrl.env.types import EndReason, Env, EpisodeResult, Observation, StepResult, ToolCall
 from spreadrl.errors import SpreadrlError
-
-if TYPE_CHECKING:
-    from spreadrl.data.task import Task
 
 
 class EnvContractError(SpreadrlError):

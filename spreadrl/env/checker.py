@@ -12,7 +12,6 @@ from __future__ import annotations
 import datetime as dt
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
 # answer_position parsing and A1 ranges are part of the task format: they live in
 # the low layer (spreadrl.cells) and are re-exported here for existing callers
@@ -24,6 +23,8 @@ from spreadrl.cells import (  # noqa: F401
     parse_answer_position,
     range_cells,
 )
+from spreadrl.data.task import Task
+from spreadrl.env.recalc.values import ENGINE_FAILURE_VALUES, WorkbookValues, load_values
 from spreadrl.env.types import Mismatch
 from spreadrl.errors import WorkbookError
 
@@ -32,7 +33,7 @@ from spreadrl.errors import WorkbookError
 _EPOCH = dt.datetime(1899, 12, 30)
 
 
-def normalize_value(value: Any) -> Any:
+def normalize_value(value: object) -> object:
     """SpreadsheetBench's transform: numbers (and bools) and numeric strings ->
     round(float, 2); time -> "HH:MM"; datetime -> serial days rounded to 0 places;
     and a duration (``timedelta``, a ``[h]:mm`` cell) -> ("duration", whole seconds).
@@ -60,7 +61,7 @@ def normalize_value(value: Any) -> Any:
     return value
 
 
-def values_match(expected: Any, actual: Any) -> bool:
+def values_match(expected: object, actual: object) -> bool:
     """SpreadsheetBench's compare_cell_value: empty == "", types must agree, then ==."""
     a, b = normalize_value(expected), normalize_value(actual)
     if (a is None or a == "") and (b is None or b == ""):
@@ -104,8 +105,6 @@ def check_workbook(
     cell the engine could not compute (``#NAME?``/``#N/IMPL!`` after a recalc)
     is a mismatch and is listed in ``errors``.
     """
-    from spreadrl.env.recalc.values import ENGINE_FAILURE_VALUES, load_values
-
     output_path, answer_path = Path(output_path), Path(answer_path)
     positions = parse_answer_position(answer_position)
     if not answer_path.is_file():
@@ -172,7 +171,7 @@ def check_workbook(
 
 
 def _engine_failure(
-    book: Any, sheet: str, row: int, column: int, value: Any, bad: frozenset
+    book: WorkbookValues, sheet: str, row: int, column: int, value: object, bad: frozenset[str]
 ) -> str:
     if not book.recalculated or not isinstance(value, str) or value not in bad:
         return ""
@@ -186,7 +185,7 @@ def _engine_failure(
     )
 
 
-def _why(expected: Any, actual: Any) -> str:
+def _why(expected: object, actual: object) -> str:
     a, b = normalize_value(expected), normalize_value(actual)
     if a in ("", None) or b in ("", None):
         return "expected empty cell" if a in ("", None) else "cell is empty"
@@ -214,7 +213,7 @@ class TaskScore:
         return float(bool(self.results) and all(r.passed for r in self.results.values()))
 
 
-def score_task(task: Any, outputs_dir: Path, *, engine: str = "hybrid") -> TaskScore:
+def score_task(task: Task, outputs_dir: Path, *, engine: str = "hybrid") -> TaskScore:
     """Check ``{n}_{id}_output.xlsx`` in ``outputs_dir`` for every case of ``task``.
 
     A missing output is a failed case and is listed in ``missing``.

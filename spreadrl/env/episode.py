@@ -18,17 +18,17 @@ import tempfile
 import time
 from collections.abc import Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
+from spreadrl.data.task import Task
+from spreadrl.env import checker
 from spreadrl.env.cell_changes import CellChangeTracker
 from spreadrl.env.config import EnvConfig
 from spreadrl.env.tools import ToolContext, ToolError, resolve_tools
+from spreadrl.env.tools.srl import with_upstream_descriptions
 from spreadrl.env.types import EndReason, EpisodeResult, Observation, StepResult, ToolCall
 from spreadrl.env.workbook import WorkingCopy, column_letter, render_value, truncate
 from spreadrl.errors import SpreadrlError
-
-if TYPE_CHECKING:
-    from spreadrl.data.task import Task
 
 log = logging.getLogger(__name__)
 
@@ -41,13 +41,11 @@ class SpreadsheetEnv:
         self.tools = {t.name: t for t in resolve_tools(self.config.tools)}
         self.schemas = [t.schema() for t in self.tools.values()]
         if self.config.tool_descriptions:  # upstream's wording, from the user's copy of it
-            from spreadrl.env.tools.srl import with_upstream_descriptions
-
             self.schemas = with_upstream_descriptions(self.schemas, self.config.tool_descriptions)
         self.workdir_root = Path(workdir_root) if workdir_root is not None else None
         self.folder: Path | None = None
         self.ctx: ToolContext | None = None
-        self.task: Any = None
+        self.task: Task | None = None
         self.case = 1
         self.output_path: Path | None = None
         self._reset_counters()
@@ -155,13 +153,12 @@ class SpreadsheetEnv:
         self, final_answer: str | None = None, output_path: str | Path | None = None
     ) -> EpisodeResult:
         """Save the working copy, score it against the case's answer, clean up."""
-        from spreadrl.env.checker import check_workbook
-
         if self.ctx is None:
             raise SpreadrlError("finish() before reset(): nothing to score")
         path = self.ctx.book.save()
         task_case = self.task.case(self.case)
-        check = check_workbook(
+        # through the module, so a test can watch the reward's one call
+        check = checker.check_workbook(
             path, task_case.answer_path, self.task.answer_position, engine=self.config.engine
         )
         kept = self._keep_output(path, output_path)
@@ -250,7 +247,7 @@ class SpreadsheetEnv:
 
 
 def replay(
-    task: Any,
+    task: Task,
     case: int,
     calls: Sequence[ToolCall | dict[str, Any]],
     config: EnvConfig | None = None,

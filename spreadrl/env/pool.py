@@ -26,7 +26,8 @@ from concurrent.futures import Future
 from multiprocessing.connection import Connection, wait
 from typing import Any
 
-from spreadrl.env.types import EpisodeResult, Observation, StepResult, ToolCall
+from spreadrl.data.task import Task
+from spreadrl.env.types import Env, EpisodeResult, Observation, StepResult, ToolCall
 from spreadrl.errors import SpreadrlError
 
 log = logging.getLogger(__name__)
@@ -164,7 +165,7 @@ class EnvPool:
 
     # ---- requests -----------------------------------------------------------------
 
-    def reset(self, episode_id: Hashable, task: Any, case: Any = 1) -> Future[Observation]:
+    def reset(self, episode_id: Hashable, task: Task, case: int = 1) -> Future[Observation]:
         """Create the episode's env on the least-loaded worker and reset it."""
         with self._lock:
             self._check_open()
@@ -179,7 +180,7 @@ class EnvPool:
     def step(self, episode_id: Hashable, call: ToolCall) -> Future[StepResult]:
         return self._submit(episode_id, "step", (call,), {})
 
-    def finish(self, episode_id: Hashable, **kwargs: Any) -> Future[EpisodeResult]:
+    def finish(self, episode_id: Hashable, **kwargs: str | None) -> Future[EpisodeResult]:
         """Score and close the episode; its env is dropped from the worker."""
         return self._submit(episode_id, "finish", (), kwargs)
 
@@ -248,7 +249,7 @@ class EnvPool:
                 if not worker.process.is_alive() and not self._closed:
                     self._restart(worker)
 
-    def _resolve(self, worker: _Worker, req_id: int, ok: bool, value: Any) -> None:
+    def _resolve(self, worker: _Worker, req_id: int, ok: bool, value: object) -> None:
         with self._lock:
             entry = worker.pending.pop(req_id, None)
         if entry is None:
@@ -351,7 +352,7 @@ class InlineEnvPool:
             future.set_exception(exc)
         return future
 
-    def _env(self, episode_id: Hashable) -> Any:
+    def _env(self, episode_id: Hashable) -> Env:
         if self._closed:
             raise PoolClosed("the env pool is closed")
         if episode_id not in self._envs:
@@ -360,7 +361,7 @@ class InlineEnvPool:
             )
         return self._envs[episode_id]
 
-    def reset(self, episode_id: Hashable, task: Any, case: Any = 1) -> Future[Observation]:
+    def reset(self, episode_id: Hashable, task: Task, case: int = 1) -> Future[Observation]:
         if self._closed:
             raise PoolClosed("the env pool is closed")
         if episode_id in self._envs:
@@ -372,7 +373,7 @@ class InlineEnvPool:
         env = self._env(episode_id)
         return self._call(lambda: env.step(call))
 
-    def finish(self, episode_id: Hashable, **kwargs: Any) -> Future[EpisodeResult]:
+    def finish(self, episode_id: Hashable, **kwargs: str | None) -> Future[EpisodeResult]:
         env = self._env(episode_id)
         del self._envs[episode_id]
 

@@ -13,10 +13,15 @@ charts are left as openpyxl leaves them.)
 from __future__ import annotations
 
 import re
-from typing import Any, Literal
+from collections.abc import Iterator
+from typing import Literal
 
+from openpyxl.cell.cell import Cell
 from openpyxl.formula.tokenizer import Tokenizer
 from openpyxl.utils.cell import column_index_from_string, get_column_letter
+from openpyxl.workbook.defined_name import DefinedName
+from openpyxl.workbook.workbook import Workbook
+from openpyxl.worksheet.worksheet import Worksheet
 
 Axis = Literal["row", "col"]
 
@@ -27,7 +32,7 @@ _MAX_COL, _MAX_ROW = 16384, 1048576
 REF_ERROR = "#REF!"
 
 
-def delete_and_shift(wb: Any, ws: Any, axis: Axis, start: int, count: int) -> int:
+def delete_and_shift(wb: Workbook, ws: Worksheet, axis: Axis, start: int, count: int) -> int:
     """Delete ``count`` rows/columns of ``ws`` from ``start``; returns how many formulas changed."""
     if axis == "row":
         ws.delete_rows(start, count)
@@ -66,7 +71,7 @@ def shift_formula(
     return tokens.render() if changed else formula
 
 
-def _rewrite_cell(cell: Any, home: str, target: str, axis: Axis, start: int, count: int) -> int:
+def _rewrite_cell(cell: Cell, home: str, target: str, axis: Axis, start: int, count: int) -> int:
     value = cell.value
     array = isinstance(getattr(value, "text", None), str)  # array formulas keep text on an object
     text = value.text if array else value
@@ -170,7 +175,7 @@ def _unquote(prefix: str) -> str:
     return prefix
 
 
-def _shift_merged(ws: Any, axis: Axis, start: int, count: int) -> None:
+def _shift_merged(ws: Worksheet, axis: Axis, start: int, count: int) -> None:
     for merged in list(ws.merged_cells.ranges):
         lo, hi = (
             (merged.min_row, merged.max_row) if axis == "row" else (merged.min_col, merged.max_col)
@@ -190,7 +195,7 @@ def _shift_merged(ws: Any, axis: Axis, start: int, count: int) -> None:
         )
 
 
-def _defined_names(wb: Any) -> Any:
+def _defined_names(wb: Workbook) -> Iterator[DefinedName]:
     names = wb.defined_names
     yield from names.values() if hasattr(names, "values") else names.definedName
     for sheet in wb.worksheets:

@@ -15,10 +15,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from enum import StrEnum
-from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
+from typing import Any, Protocol, runtime_checkable
 
-if TYPE_CHECKING:
-    from spreadrl.data.task import Task
+from spreadrl.data.task import Task
 
 
 class EndReason(StrEnum):
@@ -107,8 +106,10 @@ class Mismatch:
 
     sheet: str
     cell: str
-    expected: Any
-    actual: Any
+    # a cell value (or, from the code env, an answer or test output), shown and written
+    # to JSON as it is
+    expected: object
+    actual: object
     reason: str = ""
 
 

@@ -18,7 +18,15 @@ import threading
 from collections import OrderedDict
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+
+import openpyxl
+from openpyxl.utils.cell import (
+    column_index_from_string,
+    coordinate_from_string,
+    get_column_letter,
+)
+from openpyxl.workbook.workbook import Workbook
+from openpyxl.worksheet.worksheet import Worksheet
 
 from spreadrl.errors import WorkbookError
 
@@ -70,8 +78,6 @@ class CellRange:
 
 
 def column_letter(number: int) -> str:
-    from openpyxl.utils.cell import get_column_letter
-
     return get_column_letter(number)
 
 
@@ -137,7 +143,7 @@ class _ParsedInputs:
                 self.entries.move_to_end(key)
             return entry
 
-    def put(self, key: tuple[str, int, int] | None, wb: Any, saved: Path) -> None:
+    def put(self, key: tuple[str, int, int] | None, wb: Workbook, saved: Path) -> None:
         if key is None:
             return
         try:
@@ -180,8 +186,6 @@ class WorkingCopy:
             self.path.write_bytes(data)
             self.saved_version = self.version
             return
-        import openpyxl
-
         try:
             self.wb = openpyxl.load_workbook(source)
         except Exception as exc:  # openpyxl raises many types for a bad file
@@ -211,8 +215,6 @@ class WorkingCopy:
 
     def reload(self) -> None:
         """Read ``workbook.xlsx`` back (after code edited the file); raises WorkbookError."""
-        import openpyxl
-
         try:
             wb = openpyxl.load_workbook(self.path)
         except Exception as exc:
@@ -237,10 +239,10 @@ class WorkingCopy:
         listed = ", ".join(repr(n) for n in names)
         raise ToolError(f"sheet {name!r} does not exist; sheets are: {listed}")
 
-    def worksheet(self, name: str | None) -> Any:
+    def worksheet(self, name: str | None) -> Worksheet:
         return self.wb[self.sheet_name(name)]
 
-    def parse_range(self, text: Any, *, clip: bool = False) -> CellRange:
+    def parse_range(self, text: object, *, clip: bool = False) -> CellRange:
         """Resolve ``Sheet!A1:B2`` / ``A:C`` / ``2:5`` / ``B3`` on this workbook.
 
         Column-only and row-only ranges are bounded by the sheet's used area.
@@ -257,8 +259,6 @@ class WorkingCopy:
                 f"{text!r} is not an A1 range; use forms like A1, A1:C10, A:C, 2:5 "
                 "or 'Sheet name'!A1:C10"
             )
-        from openpyxl.utils.cell import column_index_from_string, coordinate_from_string
-
         used_rows, used_cols = max(ws.max_row, 1), max(ws.max_column, 1)
         if match["c1"]:
             col1, row1 = coordinate_from_string(match["c1"].upper())
@@ -289,8 +289,12 @@ class WorkingCopy:
         return ws.max_row, ws.max_column
 
 
-def cell_value(ws: Any, row: int, col: int) -> Any:
-    """A cell's value without creating the cell (``ws.cell`` would grow the used area)."""
+def cell_value(ws: Worksheet, row: int, col: int) -> object:
+    """A cell's value without creating the cell (``ws.cell`` would grow the used area).
+
+    Whatever openpyxl stores: a number, text (formulas start with ``=``), a bool, a
+    date or time, None, or a formula object (array formulas); see :func:`render_value`.
+    """
     cell = ws._cells.get((row, col))
     return None if cell is None else cell.value
 
@@ -299,7 +303,7 @@ class ErrorValue(str):
     """An Excel error computed by the engine (``#DIV/0!``): shown bare, not as quoted text."""
 
 
-def render_value(value: Any, max_chars: int = 200) -> str:
+def render_value(value: object, max_chars: int = 200) -> str:
     """A cell value as compact, unambiguous text: strings quoted, numbers bare, formulas as written."""
     if value is None:
         return ""

@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Any
 
+from openpyxl.worksheet.worksheet import Worksheet
 from pydantic import BaseModel, ConfigDict, field_validator
 
 from spreadrl.env.workbook import CellRange, ToolError, column_letter, render_value
@@ -31,7 +32,7 @@ class RangesArgs(Args):
 
     @field_validator("ranges", mode="before")
     @classmethod
-    def _one_string(cls, value: Any) -> Any:
+    def _one_string(cls, value: object) -> object:
         return [value] if isinstance(value, str) else value
 
 
@@ -48,7 +49,7 @@ def check_cap(cell_range: CellRange, cap: int, tool: str) -> None:
         )
 
 
-def nonempty_cells(ws: Any, cell_range: CellRange) -> list[tuple[int, int, Any]]:
+def nonempty_cells(ws: Worksheet, cell_range: CellRange) -> list[tuple[int, int, Any]]:
     """(row, column, value) of the non-empty cells of ``cell_range``, row by row.
 
     Walks whichever is smaller: the range, or the cells the sheet actually holds.

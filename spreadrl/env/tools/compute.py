@@ -3,11 +3,17 @@
 from __future__ import annotations
 
 import os
+import shutil
 import time
+from pathlib import Path
 from typing import Any
 
+from openpyxl.utils.cell import column_index_from_string, coordinate_from_string
 from pydantic import Field
 
+from spreadrl.env.recalc import get_engine
+from spreadrl.env.sandbox import SandboxLimits, SandboxResult, run_python
+from spreadrl.env.tools.base import Tool, ToolContext
 from spreadrl.env.tools.common import Args, RangesArgs, check_ranges, render_pages
 from spreadrl.env.workbook import WORKBOOK_NAME, ErrorValue, ToolError
 from spreadrl.errors import WorkbookError
@@ -24,12 +30,8 @@ class RecalcArgs(RangesArgs):
     max_cells: int | None = Field(None, description="Page size in cells (default 200).")
 
 
-def _evaluated(ctx: Any) -> dict[str, dict[tuple[int, int], Any]]:
+def _evaluated(ctx: ToolContext) -> dict[str, dict[tuple[int, int], Any]]:
     """Computed values of the saved working copy, reused while the workbook is unchanged."""
-    from openpyxl.utils.cell import column_index_from_string, coordinate_from_string
-
-    from spreadrl.env.recalc import get_engine
-
     book = ctx.book
     cached = ctx.cache.get("recalc")
     if cached is not None and cached[0] == book.version:
@@ -53,7 +55,7 @@ def _evaluated(ctx: Any) -> dict[str, dict[tuple[int, int], Any]]:
     return values
 
 
-def recalculate_and_read(ctx: Any, args: RecalcArgs) -> str:
+def recalculate_and_read(ctx: ToolContext, args: RecalcArgs) -> str:
     cfg = ctx.config
     check_ranges(args.ranges, cfg.max_ranges)
     page = args.max_cells or min(cfg.page_cells, cfg.max_page_cells)
@@ -92,7 +94,7 @@ class CodeArgs(Args):
     )
 
 
-def _stat(path: Any) -> tuple[int, int, int] | None:
+def _stat(path: Path) -> tuple[int, int, int] | None:
     try:
         st = os.stat(path)
     except OSError:
@@ -100,7 +102,7 @@ def _stat(path: Any) -> tuple[int, int, int] | None:
     return (st.st_mtime_ns, st.st_size, st.st_ino)
 
 
-def code_interpreter(ctx: Any, args: CodeArgs) -> str:
+def code_interpreter(ctx: ToolContext, args: CodeArgs) -> str:
     if not args.code.strip():
         raise ToolError("code is empty; pass Python source to run")
     result, note = run_code(ctx, args.code)
@@ -120,7 +122,9 @@ def code_interpreter(ctx: Any, args: CodeArgs) -> str:
     return "\n".join(lines)
 
 
-def run_code(ctx: Any, code: str, *, workbook: str = WORKBOOK_NAME) -> tuple[Any, str | None]:
+def run_code(
+    ctx: ToolContext, code: str, *, workbook: str = WORKBOOK_NAME
+) -> tuple[SandboxResult, str | None]:
     """Run ``code`` sandboxed in the episode folder: both presets' code_interpreter.
 
     The code sees the working copy at ``workbook`` (relative to the folder:
@@ -129,10 +133,6 @@ def run_code(ctx: Any, code: str, *, workbook: str = WORKBOOK_NAME) -> tuple[Any
     edits (or stays as it was when the file cannot be read). Returns the
     sandbox result and a note on the workbook (None when the file is unchanged).
     """
-    import shutil
-
-    from spreadrl.env.sandbox import SandboxLimits, run_python
-
     book = ctx.book
     cfg = ctx.config
     path = book.save()
@@ -166,21 +166,15 @@ def run_code(ctx: Any, code: str, *, workbook: str = WORKBOOK_NAME) -> tuple[Any
     return result, f"{workbook} changed; the working copy now holds your edits"
 
 
-def _tool(name: str, description: str, args: type, run: Any) -> Any:
-    from spreadrl.env.tools import Tool
-
-    return Tool(name, description, args, run)
-
-
 TOOLS = [
-    _tool(
+    Tool(
         "recalculate_and_read",
         "Recalculate every formula of the workbook and return the computed values of 1-20 "
         "ranges (paginated like inspect_range).",
         RecalcArgs,
         recalculate_and_read,
     ),
-    _tool(
+    Tool(
         "code_interpreter",
         "Run Python in a sandbox inside the episode folder, where the working copy is "
         "'workbook.xlsx'; edits saved to that file become the working copy.",

@@ -7,19 +7,24 @@ import re
 from copy import copy
 from typing import Any, Literal
 
+from openpyxl.cell.cell import ILLEGAL_CHARACTERS_RE, Cell, MergedCell
+from openpyxl.formula.translate import Translator, TranslatorError
+from openpyxl.styles import Alignment, Border, Font, PatternFill, Side
 from pydantic import Field
 
+from spreadrl.data.jsontypes import JSONValue
+from spreadrl.env.tools.base import Tool, ToolContext
 from spreadrl.env.tools.common import Args, check_cap
 from spreadrl.env.workbook import CellRange, ToolError, column_letter
 
 _HEX = re.compile(r"^#?([0-9A-Fa-f]{6}|[0-9A-Fa-f]{8})$")
 
 
-def _is_merged(cell: Any) -> bool:
-    return type(cell).__name__ == "MergedCell"
+def _is_merged(cell: Cell | MergedCell) -> bool:
+    return isinstance(cell, MergedCell)
 
 
-def _matrix(values: Any) -> list[list[Any]]:
+def _matrix(values: JSONValue) -> list[list[JSONValue]]:
     """A scalar, a row, or rows -> rows."""
     if not isinstance(values, list):
         return [[values]]
@@ -35,9 +40,7 @@ def _matrix(values: Any) -> list[list[Any]]:
     return values
 
 
-def _check_value(value: Any, where: str) -> None:
-    from openpyxl.cell.cell import ILLEGAL_CHARACTERS_RE
-
+def _check_value(value: JSONValue, where: str) -> None:
     if value is None or isinstance(value, bool | int | str):
         if isinstance(value, str) and ILLEGAL_CHARACTERS_RE.search(value):
             raise ToolError(f"the value for {where} holds control characters Excel cannot store")
@@ -65,7 +68,7 @@ class WriteArgs(Args):
     )
 
 
-def write_range(ctx: Any, args: WriteArgs) -> str:
+def write_range(ctx: ToolContext, args: WriteArgs) -> str:
     done = write_values(ctx, ctx.book.parse_range(args.range), args.values)
     return (
         f"wrote {done['range']}: {done['values']} values, {done['formulas']} formulas, "
@@ -74,7 +77,7 @@ def write_range(ctx: Any, args: WriteArgs) -> str:
 
 
 def write_values(
-    ctx: Any, target: CellRange, values: Any, *, literal_text: bool = False
+    ctx: ToolContext, target: CellRange, values: JSONValue, *, literal_text: bool = False
 ) -> dict[str, Any]:
     """Write a scalar, a row or rows into ``target`` (both tool presets' write_range).
 
@@ -191,7 +194,7 @@ def _color(text: str, name: str, names: bool = False) -> str:
     return value if len(value) == 8 else "FF" + value
 
 
-def format_range(ctx: Any, args: FormatArgs) -> str:
+def format_range(ctx: ToolContext, args: FormatArgs) -> str:
     changes = args.model_dump(exclude={"range"}, exclude_none=True)
     if not changes:
         raise ToolError(
@@ -206,7 +209,7 @@ def format_range(ctx: Any, args: FormatArgs) -> str:
 
 
 def apply_format(
-    ctx: Any, target: CellRange, options: dict[str, Any], *, color_names: bool = False
+    ctx: ToolContext, target: CellRange, options: dict[str, Any], *, color_names: bool = False
 ) -> None:
     """Apply ``options`` (names in :data:`FORMAT_OPTIONS`) to ``target``: both presets' format_range.
 
@@ -215,8 +218,6 @@ def apply_format(
     names ("red") beside hex RGB. Raises ToolError for a bad value before
     any cell changes.
     """
-    from openpyxl.styles import Alignment, Border, Font, PatternFill, Side
-
     unknown = sorted(set(options) - set(FORMAT_OPTIONS))
     if unknown:
         raise ToolError(f"unknown format options {unknown}; known: {', '.join(FORMAT_OPTIONS)}")
@@ -289,7 +290,7 @@ class FillArgs(Args):
     )
 
 
-def fill_formula(ctx: Any, args: FillArgs) -> str:
+def fill_formula(ctx: ToolContext, args: FillArgs) -> str:
     book = ctx.book
     source = book.parse_range(args.source)
     if source.size != 1:
@@ -310,7 +311,7 @@ def fill_formula(ctx: Any, args: FillArgs) -> str:
 
 
 def fill_cells(
-    ctx: Any, formula: str, origin: str, target: CellRange, *, skip_merged: bool = False
+    ctx: ToolContext, formula: str, origin: str, target: CellRange, *, skip_merged: bool = False
 ) -> list[tuple[int, int, str]]:
     """Write ``formula`` (written for cell ``origin``) into every cell of ``target``.
 
@@ -319,8 +320,6 @@ def fill_cells(
     bad formula changes nothing. Merged placeholders are an error, or skipped
     with ``skip_merged``. Returns ``(row, column, formula)`` per written cell.
     """
-    from openpyxl.formula.translate import Translator, TranslatorError
-
     book = ctx.book
     check_cap(target, ctx.config.max_write_cells, "fill_formula")
     ws = book.wb[target.sheet]
@@ -349,13 +348,13 @@ class ClearArgs(Args):
     range: str = Field(description="Range whose values (and number formats) are cleared.")
 
 
-def clear_range(ctx: Any, args: ClearArgs) -> str:
+def clear_range(ctx: ToolContext, args: ClearArgs) -> str:
     target = ctx.book.parse_range(args.range, clip=True)
     cleared = clear_cells(ctx, target)
     return f"cleared {target.a1()}: {cleared} non-empty cells emptied"
 
 
-def clear_cells(ctx: Any, target: CellRange) -> int:
+def clear_cells(ctx: ToolContext, target: CellRange) -> int:
     """Empty the cells of ``target`` (values and number formats): both presets' clear_range.
 
     Merged placeholders are left alone; returns how many non-empty cells were emptied.
@@ -376,32 +375,26 @@ def clear_cells(ctx: Any, target: CellRange) -> int:
     return cleared
 
 
-def _tool(name: str, description: str, args: type, run: Any) -> Any:
-    from spreadrl.env.tools import Tool
-
-    return Tool(name, description, args, run)
-
-
 TOOLS = [
-    _tool(
+    Tool(
         "write_range",
         "Write values or formulas into a range. A scalar fills the range, one row repeats down "
         "it, a list of rows maps cell by cell; null leaves a cell, '' clears it.",
         WriteArgs,
         write_range,
     ),
-    _tool(
+    Tool(
         "format_range",
         "Set number format, font (bold, italic, colour), fill colour, alignment or column width.",
         FormatArgs,
         format_range,
     ),
-    _tool(
+    Tool(
         "fill_formula",
         "Copy a formula from one cell over a range, translating relative references as "
         "Excel's fill does ($-anchored parts stay).",
         FillArgs,
         fill_formula,
     ),
-    _tool("clear_range", "Empty every cell of a range.", ClearArgs, clear_range),
+    Tool("clear_range", "Empty every cell of a range.", ClearArgs, clear_range),
 ]

@@ -4,10 +4,12 @@ from __future__ import annotations
 
 import datetime as dt
 import re
+from collections.abc import Callable
 from typing import Any, Literal
 
 from pydantic import Field
 
+from spreadrl.env.tools.base import Tool, ToolContext
 from spreadrl.env.tools.common import Args, RangesArgs, check_ranges, nonempty_cells, render_pages
 from spreadrl.env.workbook import CellRange, ToolError, column_letter, quote_sheet, render_value
 
@@ -25,7 +27,7 @@ class InspectArgs(RangesArgs):
     max_cells: int | None = Field(None, description="Page size in cells (default 200).")
 
 
-def inspect_range(ctx: Any, args: InspectArgs) -> str:
+def inspect_range(ctx: ToolContext, args: InspectArgs) -> str:
     cfg = ctx.config
     check_ranges(args.ranges, cfg.max_ranges)
     page = args.max_cells or min(cfg.page_cells, cfg.max_page_cells)
@@ -86,7 +88,7 @@ class ListSheetsArgs(Args):
     pass
 
 
-def list_sheets(ctx: Any, args: ListSheetsArgs) -> str:
+def list_sheets(ctx: ToolContext, args: ListSheetsArgs) -> str:
     book = ctx.book
     lines = []
     for i, name in enumerate(book.wb.sheetnames, 1):
@@ -110,7 +112,7 @@ class FindArgs(Args):
     max_results: int = Field(50, description="Stop after this many matches.")
 
 
-def find_cells(ctx: Any, args: FindArgs) -> str:
+def find_cells(ctx: ToolContext, args: FindArgs) -> str:
     cap = ctx.config.max_find_results
     if not 1 <= args.max_results <= cap:
         raise ToolError(f"max_results must be between 1 and {cap}, got {args.max_results}")
@@ -156,14 +158,14 @@ def find_cells(ctx: Any, args: FindArgs) -> str:
     return "\n".join([head, *hits, *tail])
 
 
-def _tool(name: str, description: str, args: type, run: Any) -> Any:
-    from spreadrl.env.tools import Tool
-
+def _reader(
+    name: str, description: str, args: type[Args], run: Callable[[ToolContext, Any], str]
+) -> Tool:
     return Tool(name, description, args, run, parallel_safe=True)  # these tools only read
 
 
 TOOLS = [
-    _tool(
+    _reader(
         "inspect_range",
         "Show the contents of 1-20 ranges: every non-empty cell (formulas as written), or a "
         "per-column summary with mode='summary'. Long results are paginated: pass the cursor "
@@ -171,13 +173,13 @@ TOOLS = [
         InspectArgs,
         inspect_range,
     ),
-    _tool(
+    _reader(
         "list_sheets",
         "List the workbook's sheets with their used size.",
         ListSheetsArgs,
         list_sheets,
     ),
-    _tool(
+    _reader(
         "find_cells",
         "Find cells whose value or formula contains the query (or matches it as a regex).",
         FindArgs,

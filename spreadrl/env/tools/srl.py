@@ -20,17 +20,35 @@ shape. The argument schemas are written out (:data:`SCHEMAS`), their facts
 from __future__ import annotations
 
 import copy
+import datetime as dt
 import json
+import math
 import pickle
 import re
 from collections.abc import Callable
 from pathlib import Path, PurePosixPath
-from typing import Any, Literal, Optional
+from typing import Any, Literal, Optional, TypeAlias
 
+from openpyxl.formula.tokenizer import Tokenizer
+from openpyxl.utils.cell import column_index_from_string
+from openpyxl.workbook.workbook import Workbook
+from openpyxl.worksheet.cell_range import CellRange as OpenpyxlRange
+from openpyxl.worksheet.worksheet import Worksheet
 from pydantic import BaseModel, ConfigDict, Field, create_model
 
+from spreadrl.data.jsontypes import JSONScalar, JSONValue
 from spreadrl.env.refshift import delete_and_shift
+from spreadrl.env.tools.base import Tool, ToolContext
 from spreadrl.env.tools.common import ReplyError, nonempty_cells
+from spreadrl.env.tools.compute import EXCEL_ERRORS, _evaluated, run_code
+from spreadrl.env.tools.edit import (
+    FORMAT_OPTIONS,
+    apply_format,
+    clear_cells,
+    fill_cells,
+    write_values,
+)
+from spreadrl.env.tools.structure import change_sheets
 from spreadrl.env.workbook import (
     MAX_COLUMN,
     MAX_ROW,
@@ -38,6 +56,7 @@ from spreadrl.env.workbook import (
     ToolError,
     column_letter,
     quote_sheet,
+    render_value,
     split_reference,
 )
 from spreadrl.errors import ConfigError
@@ -375,8 +394,14 @@ SCHEMAS: dict[str, dict[str, Any]] = {
 }
 STRICT = frozenset({"format_range"})  # upstream refuses unknown parameters only here
 
+SrlArgs: TypeAlias = BaseModel
+"""A call's validated arguments: an instance of the model :func:`_args_model` builds from
+the tool's upstream schema (one model per tool, made at import); the tools read its
+fields (the schema's properties) as attributes."""
 
-def _python_type(prop: dict[str, Any]) -> Any:
+
+def _python_type(prop: dict[str, Any]) -> object:
+    """The annotation (a runtime type form) a schema property becomes in the args model."""
     kind = prop.get("type")
     if "enum" in prop:
         return Literal[tuple(prop["enum"])]
@@ -413,7 +438,7 @@ class SrlError(ToolError):
         self.code = code
 
 
-def dumps(payload: Any) -> str:
+def dumps(payload: object) -> str:
     """Compact JSON, as upstream's tools answer (no spaces, non-ASCII kept)."""
     return json.dumps(payload, ensure_ascii=False, separators=(",", ":"), default=str)
 
@@ -453,7 +478,7 @@ def fit(payload: dict[str, Any], cap: int, lists: tuple[str, ...]) -> str:
     return dumps({"status": payload.get("status", "success"), "truncated": True})
 
 
-def _list_holders(payload: Any, keys: tuple[str, ...]) -> list[tuple[dict[str, Any], str]]:
+def _list_holders(payload: object, keys: tuple[str, ...]) -> list[tuple[dict[str, Any], str]]:
     found: list[tuple[dict[str, Any], str]] = []
     if isinstance(payload, dict):
         for key, value in payload.items():
@@ -467,11 +492,8 @@ def _list_holders(payload: Any, keys: tuple[str, ...]) -> list[tuple[dict[str, A
     return found
 
 
-def jsonable(value: Any) -> Any:
+def jsonable(value: object) -> JSONScalar:
     """A cell value as JSON: numbers and booleans as they are, dates ISO, long text cut."""
-    import datetime as dt
-    import math
-
     if value is None or isinstance(value, bool | int):
         return value
     if isinstance(value, float):
@@ -485,7 +507,7 @@ def jsonable(value: Any) -> Any:
 
 
 # ---- the workbook path, sheets, ranges ---------------------------------------------------------
-def check_path(ctx: Any, path: Any) -> None:
+def check_path(ctx: ToolContext, path: object) -> None:
     """Accept ``path`` only when it names the episode's workbook; hostile input is refused.
 
     Absolute paths, ``..``, NUL bytes and non-.xlsx names are ``invalid_path``;
@@ -520,7 +542,7 @@ def check_path(ctx: Any, path: Any) -> None:
     raise SrlError("file_not_found", f"file not found: {path}")
 
 
-def qualify(ctx: Any, text: Any, sheet_name: str | None, what: str = "range") -> str:
+def qualify(ctx: ToolContext, text: object, sheet_name: str | None, what: str = "range") -> str:
     """``text`` with its sheet: the one it names, else ``sheet_name``, else the first sheet."""
     if not isinstance(text, str) or not text.strip():
         raise SrlError("invalid_range", f"{what} must be an A1 string like B2 or Sheet1!A1:C3")
@@ -558,22 +580,20 @@ def _address(sheet: str, row: int, col: int) -> str:
     return f"{quote_sheet(sheet)}!{column_letter(col)}{row}"
 
 
-def _computed(ctx: Any) -> dict[str, dict[tuple[int, int], Any]] | None:
+def _computed(ctx: ToolContext) -> dict[str, dict[tuple[int, int], Any]] | None:
     """Recalculated values of the working copy, None when the engine cannot compute them."""
-    from spreadrl.env.tools.compute import _evaluated
-
     try:
         return _evaluated(ctx)
     except ToolError:
         return None
 
 
-def _is_formula(value: Any) -> bool:
+def _is_formula(value: object) -> bool:
     return isinstance(value, str) and value.startswith("=")
 
 
 # ---- the tools ---------------------------------------------------------------------------------
-def inspect_range(ctx: Any, a: Any) -> str:
+def inspect_range(ctx: ToolContext, a: SrlArgs) -> str:
     mode = a.mode or "cells"
     if mode == "summary" and a.include_details:
         raise SrlError("invalid_arguments", "include_details is incompatible with mode=summary.")
@@ -659,7 +679,7 @@ def _fit_cells(payload: dict[str, Any], blocks: list[dict[str, Any]]) -> str:
     return dumps({"status": "success", "truncated": True, "response_truncated": True})
 
 
-def _overlaps(merged: Any, target: CellRange) -> bool:
+def _overlaps(merged: OpenpyxlRange, target: CellRange) -> bool:
     return not (
         merged.max_row < target.min_row
         or merged.min_row > target.max_row
@@ -668,7 +688,7 @@ def _overlaps(merged: Any, target: CellRange) -> bool:
     )
 
 
-def _details(ws: Any, row: int, col: int) -> dict[str, Any]:
+def _details(ws: Worksheet, row: int, col: int) -> dict[str, Any]:
     cell = ws.cell(row, col)
     out: dict[str, Any] = {}
     if cell.number_format and cell.number_format != "General":
@@ -691,9 +711,7 @@ def _details(ws: Any, row: int, col: int) -> dict[str, Any]:
     return out
 
 
-def _summary(ctx: Any, target: CellRange) -> dict[str, Any]:
-    from spreadrl.env.tools.compute import EXCEL_ERRORS
-
+def _summary(ctx: ToolContext, target: CellRange) -> dict[str, Any]:
     cells = nonempty_cells(ctx.book.wb[target.sheet], target)
     formulas = [(r, c) for r, c, v in cells if _is_formula(v)]
     errors = sum(1 for _, _, v in cells if isinstance(v, str) and v in EXCEL_ERRORS)
@@ -711,7 +729,7 @@ def _summary(ctx: Any, target: CellRange) -> dict[str, Any]:
     }
 
 
-def list_sheets(ctx: Any, a: Any) -> str:
+def list_sheets(ctx: ToolContext, a: SrlArgs) -> str:
     wb = ctx.book.wb
     active = wb.worksheets.index(wb.active) if wb.active in wb.worksheets else None
     sheets = []
@@ -740,16 +758,14 @@ def list_sheets(ctx: Any, a: Any) -> str:
     return fit(payload, MAX_RESPONSE_CHARS, ("sheets",))
 
 
-def _sheets_in_order(wb: Any) -> list[dict[str, Any]]:
+def _sheets_in_order(wb: Workbook) -> list[dict[str, Any]]:
     return [
         {"name": ws.title, "index": i, "state": ws.sheet_state}
         for i, ws in enumerate(wb.worksheets)
     ]
 
 
-def manage_sheet(ctx: Any, a: Any) -> str:
-    from spreadrl.env.tools.structure import change_sheets
-
+def manage_sheet(ctx: ToolContext, a: SrlArgs) -> str:
     if a.action in ("create", "copy") and len(ctx.book.wb.sheetnames) >= MAX_SHEETS:
         raise SrlError("too_many_sheets", f"a workbook here holds at most {MAX_SHEETS} sheets.")
     if a.action == "rename" and not a.new_name:
@@ -768,9 +784,7 @@ def manage_sheet(ctx: Any, a: Any) -> str:
 _UNSUPPORTED_REGEX = re.compile(r"(?<!\\)[()|+?]|(?<!\\)\{\d*,?\d*\}")
 
 
-def find_cells(ctx: Any, a: Any) -> str:
-    from spreadrl.env.workbook import render_value
-
+def find_cells(ctx: ToolContext, a: SrlArgs) -> str:
     query = a.query
     if not query:
         raise SrlError("invalid_query", "query is empty; it cannot find blank cells.")
@@ -870,7 +884,7 @@ def _fit_csv(payload: dict[str, Any], matches: list[dict[str, Any]], columns: li
     return dumps(payload)
 
 
-def _static(value: Any, where: str) -> Any:
+def _static(value: JSONValue, where: str) -> JSONValue:
     """A value upstream's write_range accepts: formulas refused, a leading apostrophe means text."""
     if isinstance(value, str):
         if len(value) > MAX_CELL_CHARS:
@@ -888,10 +902,7 @@ def _static(value: Any, where: str) -> Any:
     return value
 
 
-def write_range(ctx: Any, a: Any) -> str:
-    from spreadrl.env.tools.edit import write_values
-    from spreadrl.env.tools.structure import change_sheets
-
+def write_range(ctx: ToolContext, a: SrlArgs) -> str:
     data = a.data
     if isinstance(data, list):
         data = [
@@ -926,9 +937,7 @@ def write_range(ctx: Any, a: Any) -> str:
     return fit(payload, MAX_RESPONSE_CHARS, ())
 
 
-def format_range(ctx: Any, a: Any) -> str:
-    from spreadrl.env.tools.edit import FORMAT_OPTIONS, apply_format
-
+def format_range(ctx: ToolContext, a: SrlArgs) -> str:
     options = {k: getattr(a, k) for k in FORMAT_OPTIONS if getattr(a, k) is not None}
     if not options:
         raise SrlError("no_format_options", "no formatting option given.")
@@ -948,12 +957,7 @@ def format_range(ctx: Any, a: Any) -> str:
 _WRAPPED_FORMULA = re.compile(r'^=\s*"\s*=')
 
 
-def fill_formula(ctx: Any, a: Any) -> str:
-    from openpyxl.formula.tokenizer import Tokenizer
-    from openpyxl.utils.cell import column_index_from_string
-
-    from spreadrl.env.tools.edit import fill_cells
-
+def fill_formula(ctx: ToolContext, a: SrlArgs) -> str:
     template = a.formula_template.strip() if isinstance(a.formula_template, str) else ""
     if not template.startswith("="):
         raise SrlError("invalid_formula", "formula_template must begin with =.")
@@ -1023,9 +1027,7 @@ def fill_formula(ctx: Any, a: Any) -> str:
     return fit(payload, MAX_RESPONSE_CHARS, ("samples",))
 
 
-def clear_range(ctx: Any, a: Any) -> str:
-    from spreadrl.env.tools.edit import clear_cells
-
+def clear_range(ctx: ToolContext, a: SrlArgs) -> str:
     target = ctx.book.parse_range(qualify(ctx, a.range, a.sheet_name), clip=True)
     changed = clear_cells(ctx, target)
     payload = {
@@ -1042,9 +1044,7 @@ _ROWS = re.compile(r"^\$?(\d+)(?::\$?(\d+))?$")
 _COLUMNS = re.compile(r"^\$?([A-Za-z]{1,3})(?::\$?([A-Za-z]{1,3}))?$")
 
 
-def _delete(ctx: Any, a: Any, axis: Literal["row", "col"]) -> str:
-    from openpyxl.utils.cell import column_index_from_string
-
+def _delete(ctx: ToolContext, a: SrlArgs, axis: Literal["row", "col"]) -> str:
     items = a.rows if axis == "row" else a.columns
     what, cap = ("rows", MAX_DELETE_ROWS) if axis == "row" else ("columns", MAX_DELETE_COLUMNS)
     if not items:
@@ -1102,17 +1102,15 @@ def _delete(ctx: Any, a: Any, axis: Literal["row", "col"]) -> str:
     return fit(payload, MAX_RESPONSE_CHARS, ())
 
 
-def delete_rows(ctx: Any, a: Any) -> str:
+def delete_rows(ctx: ToolContext, a: SrlArgs) -> str:
     return _delete(ctx, a, "row")
 
 
-def delete_columns(ctx: Any, a: Any) -> str:
+def delete_columns(ctx: ToolContext, a: SrlArgs) -> str:
     return _delete(ctx, a, "col")
 
 
-def recalculate_and_read(ctx: Any, a: Any) -> str:
-    from spreadrl.env.tools.compute import _evaluated
-
+def recalculate_and_read(ctx: ToolContext, a: SrlArgs) -> str:
     if not a.cell_ranges:
         raise SrlError("invalid_arguments", "cell_ranges is empty; pass A1 ranges to read.")
     if len(a.cell_ranges) > MAX_RANGES:
@@ -1156,10 +1154,8 @@ def recalculate_and_read(ctx: Any, a: Any) -> str:
     return fit(payload, MAX_RESPONSE_CHARS, ("samples", "values"))
 
 
-def code_interpreter(ctx: Any, a: Any) -> str:
+def code_interpreter(ctx: ToolContext, a: SrlArgs) -> str:
     """Upstream's sandbox answer: ``Code executed successfully:`` and stdout, or the failure."""
-    from spreadrl.env.tools.compute import run_code
-
     result, _ = run_code(ctx, a.code, workbook=CODE_WORKBOOK)
     if result.exit_code == 0 and not result.error and not result.timed_out:
         return "Code executed successfully:\n" + result.stdout
@@ -1177,7 +1173,7 @@ def code_interpreter(ctx: Any, a: Any) -> str:
 
 
 # ---- upstream's own descriptions, from a copy the user holds ----------------------------------
-def _facts(schema: dict[str, Any]) -> Any:
+def _facts(schema: dict[str, Any]) -> tuple[list[tuple[object, ...]], list[object]]:
     params = schema["function"].get("parameters") or {}
     props = params.get("properties") or {}
     return (
@@ -1239,7 +1235,7 @@ def with_upstream_descriptions(
 
 
 # ---- registry ----------------------------------------------------------------------------------
-_RUN: dict[str, Callable[[Any, Any], str]] = {
+_RUN: dict[str, Callable[[ToolContext, SrlArgs], str]] = {
     "inspect_range": inspect_range,
     "list_sheets": list_sheets,
     "manage_sheet": manage_sheet,
@@ -1256,8 +1252,10 @@ _RUN: dict[str, Callable[[Any, Any], str]] = {
 PARALLEL_SAFE = frozenset({"inspect_range", "list_sheets", "find_cells"})  # upstream's yaml
 
 
-def _with_path(name: str, run: Callable[[Any, Any], str]) -> Callable[[Any, Any], str]:
-    def call(ctx: Any, args: Any) -> str:
+def _with_path(
+    name: str, run: Callable[[ToolContext, SrlArgs], str]
+) -> Callable[[ToolContext, SrlArgs], str]:
+    def call(ctx: ToolContext, args: SrlArgs) -> str:
         if hasattr(args, "path"):
             check_path(ctx, args.path)
         return run(ctx, args)
@@ -1277,10 +1275,8 @@ def reply_error(exc: ToolError) -> ReplyError:
     return ReplyError(message, error_reply(code or "tool_error", message))
 
 
-def tools() -> list[Any]:
+def tools() -> list[Tool]:
     """The preset's tools: upstream's schemas over the gym's behaviour, errors as JSON."""
-    from spreadrl.env.tools import Tool
-
     out = []
     for name, _, _, _ in _SPECS:
         out.append(

@@ -3,13 +3,15 @@
 from __future__ import annotations
 
 import re
-from typing import Any, Literal
+from typing import Literal
 
+from openpyxl.utils.cell import column_index_from_string
 from pydantic import Field
 
 from spreadrl.env.refshift import delete_and_shift
+from spreadrl.env.tools.base import Tool, ToolContext
 from spreadrl.env.tools.common import Args
-from spreadrl.env.workbook import MAX_COLUMN, MAX_ROW, ToolError, column_letter
+from spreadrl.env.workbook import MAX_COLUMN, MAX_ROW, ToolError, WorkingCopy, column_letter
 
 _BAD_SHEET_CHARS = re.compile(r"[\[\]:*?/\\]")
 
@@ -24,7 +26,7 @@ class ManageSheetArgs(Args):
     )
 
 
-def _valid_new_name(book: Any, name: str | None, what: str) -> str:
+def _valid_new_name(book: WorkingCopy, name: str | None, what: str) -> str:
     if name is None or not name.strip():
         raise ToolError(f"{what} needs a sheet name; pass new_name")
     if len(name) > 31 or _BAD_SHEET_CHARS.search(name) or name.startswith("'"):
@@ -36,7 +38,7 @@ def _valid_new_name(book: Any, name: str | None, what: str) -> str:
     return name
 
 
-def manage_sheet(ctx: Any, args: ManageSheetArgs) -> str:
+def manage_sheet(ctx: ToolContext, args: ManageSheetArgs) -> str:
     action = "create" if args.action == "add" else args.action
     sheet = args.sheet
     if action == "create" and sheet is None:
@@ -52,7 +54,11 @@ SHEET_ACTIONS = ("create", "rename", "delete", "copy", "move", "hide", "unhide")
 
 
 def change_sheets(
-    book: Any, action: str, sheet: str | None, new_name: str | None = None, index: int | None = None
+    book: WorkingCopy,
+    action: str,
+    sheet: str | None,
+    new_name: str | None = None,
+    index: int | None = None,
 ) -> str:
     """Create, rename, delete, copy, move, hide or unhide a sheet: both presets' manage_sheet.
 
@@ -123,7 +129,7 @@ class DeleteRowsArgs(Args):
     sheet: str | None = Field(None, description="Sheet name (default: first sheet).")
 
 
-def delete_rows(ctx: Any, args: DeleteRowsArgs) -> str:
+def delete_rows(ctx: ToolContext, args: DeleteRowsArgs) -> str:
     if not 1 <= args.start_row <= MAX_ROW or args.count < 1:
         raise ToolError("start_row must be 1 or more and count at least 1")
     ws = ctx.book.worksheet(args.sheet)
@@ -153,9 +159,7 @@ class DeleteColumnsArgs(Args):
     sheet: str | None = Field(None, description="Sheet name (default: first sheet).")
 
 
-def delete_columns(ctx: Any, args: DeleteColumnsArgs) -> str:
-    from openpyxl.utils.cell import column_index_from_string
-
+def delete_columns(ctx: ToolContext, args: DeleteColumnsArgs) -> str:
     start = args.start_column
     if isinstance(start, str):
         text = start.strip().upper()
@@ -181,26 +185,20 @@ def delete_columns(ctx: Any, args: DeleteColumnsArgs) -> str:
     )
 
 
-def _tool(name: str, description: str, args: type, run: Any) -> Any:
-    from spreadrl.env.tools import Tool
-
-    return Tool(name, description, args, run)
-
-
 TOOLS = [
-    _tool(
+    Tool(
         "manage_sheet",
         "Add, rename, delete or copy a sheet.",
         ManageSheetArgs,
         manage_sheet,
     ),
-    _tool(
+    Tool(
         "delete_rows",
         "Delete whole rows; the rows below move up.",
         DeleteRowsArgs,
         delete_rows,
     ),
-    _tool(
+    Tool(
         "delete_columns",
         "Delete whole columns; the columns to the right move left.",
         DeleteColumnsArgs,
