@@ -13,8 +13,11 @@ which is how vLLM's engine works with continuous batching).
 Trajectories are the same as under the turn scheduler for a policy whose
 output depends only on the context; what changes is the interleaving.
 
-Nothing waits forever, and nothing spins: a request still unfinished when its
-episode's wall time (``episode_wall_time_s``) runs out is aborted in the engine
+An episode's wall clock starts when the engine first serves its first turn (an
+engine that reports it: ``take_started``), else when that turn is submitted; a
+hundred episodes submitted at once to an engine whose KV cache holds a few are
+not timed while they wait. Nothing waits forever, and nothing spins: a request
+still unfinished when its episode's wall time (``episode_wall_time_s``) runs out is aborted in the engine
 (``abort``, when the policy has one) and its episode ends as ``wall_time``; a
 turn the engine itself aborted ends its episode as ``aborted``; a request the
 engine no longer holds (``has_unfinished()`` is False while the scheduler still
@@ -59,7 +62,10 @@ class StreamingPolicy(Protocol):
     """A token-level policy that takes requests one by one and returns them when done.
 
     It may also have ``has_unfinished() -> bool`` (whether the engine still holds any
-    submitted request) and ``abort(request_ids)``; the scheduler uses them when present.
+    submitted request), ``abort(request_ids)`` and ``take_started() -> list[str]`` (the
+    requests the engine began to serve since the last call: an episode's wall clock
+    starts there rather than at submission, so time spent queued behind a full KV cache
+    is not charged to it); the scheduler uses them when present.
     """
 
     token_level: bool
@@ -87,6 +93,9 @@ def run_streaming(
     generating: dict[str, tuple[EpisodeState, int]] = {}
     abort = getattr(policy, "abort", None)
     has_unfinished = getattr(policy, "has_unfinished", None)
+    # an engine that says when it schedules a request starts the episode's clock there;
+    # for any other policy the clock starts when the first turn is submitted
+    take_started = getattr(policy, "take_started", None)
     in_tools: list[tuple[EpisodeState, list[Future[StepResult] | str]]] = []
     idle = _IdleWait()
 
@@ -95,7 +104,8 @@ def run_streaming(
         seed = derive_seed(settings.sampling.seed, key)
         params = replace(settings.sampling, max_new_tokens=turn_budget(state, settings), seed=seed)
         request_id = f"{key}@{batch}"
-        state.start_clock()
+        if take_started is None:
+            state.start_clock()
         policy.submit(request_id, state.context_ids, params)
         generating[request_id] = (state, episode_room(state, settings))
 
@@ -113,6 +123,9 @@ def run_streaming(
             t0 = time.perf_counter()
             finished = policy.poll()
             timings["generate_s"] += time.perf_counter() - t0
+            for request_id in take_started() if take_started is not None else ():
+                if request_id in generating:
+                    generating[request_id][0].start_clock()
             for request_id, turn in finished:
                 if request_id not in generating:  # given up on at its deadline
                     continue

@@ -297,6 +297,8 @@ class VLLMPolicy:
         self.vllm = vllm
         self.stop_token_ids = list(stop_token_ids)
         self.sleeping = False
+        self._streams: dict[str, _Stream] = {}  # submitted requests, their tokens so far
+        self._started: list[str] = []
 
     def act(self, contexts: Sequence[Sequence[int]], params: SamplingParams) -> list[PolicyTurn]:
         """One turn for each context, all generated together (the turn scheduler)."""
@@ -311,12 +313,18 @@ class VLLMPolicy:
     def submit(self, request_id: str, context: Sequence[int], params: SamplingParams) -> None:
         """Queue one turn in the running engine (the episode scheduler): continuous
         batching starts decoding it at the next step, beside whatever is running.
-        ``params.seed`` is this request's own (the scheduler derives one per turn)."""
+        ``params.seed`` is this request's own (the scheduler derives one per turn).
+
+        The engine streams each step's new tokens (``RequestOutputKind.DELTA``), so
+        the first output of a request says that the engine has scheduled it
+        (:meth:`take_started`): an episode's wall clock starts there, not while its
+        request waits for a free KV-cache slot."""
         self._ensure_awake()
+        self._streams[request_id] = _Stream(request_id)
         self.llm.llm_engine.add_request(
             request_id=request_id,
             prompt={"prompt_token_ids": list(context)},
-            params=self._sampling(params, params.seed, final_only=True),
+            params=self._sampling(params, params.seed, stream=True),
         )
 
     def poll(self) -> list[tuple[str, PolicyTurn]]:
@@ -325,7 +333,25 @@ class VLLMPolicy:
         engine = self.llm.llm_engine
         if not engine.has_unfinished_requests():
             return []
-        return [(out.request_id, _turn(out)) for out in engine.step() if out.finished]
+        finished = []
+        for out in engine.step():
+            stream = self._streams.get(out.request_id)
+            if stream is None:  # aborted by us since it was stepped
+                continue
+            if not stream.started:
+                stream.started = True
+                self._started.append(out.request_id)
+            stream.add(out.outputs[0])
+            if out.finished:
+                del self._streams[out.request_id]
+                finished.append((out.request_id, stream.turn()))
+        return finished
+
+    def take_started(self) -> list[str]:
+        """Requests that produced their first output since the last call: the engine
+        has scheduled them (each is named once)."""
+        started, self._started = self._started, []
+        return started
 
     def has_unfinished(self) -> bool:
         """Whether the engine still holds any submitted request: when it holds none, a
@@ -334,11 +360,11 @@ class VLLMPolicy:
 
     def abort(self, request_ids: Sequence[str]) -> None:
         """Stop requests the scheduler gave up on (past their deadline)."""
+        for request_id in request_ids:
+            self._streams.pop(request_id, None)
         self.llm.llm_engine.abort_request(request_ids=list(request_ids))
 
-    def _sampling(
-        self, params: SamplingParams, seed: int | None, *, final_only: bool = False
-    ) -> Any:
+    def _sampling(self, params: SamplingParams, seed: int | None, *, stream: bool = False) -> Any:
         kwargs: dict[str, Any] = {
             "temperature": params.temperature,
             "top_p": params.top_p,
@@ -349,10 +375,10 @@ class VLLMPolicy:
             "stop_token_ids": self.stop_token_ids or None,
             "skip_special_tokens": False,
         }
-        if final_only:  # one output per request, when it is done (as LLM.generate asks)
+        if stream:  # each step's new tokens, so the first output marks the scheduling
             from vllm.sampling_params import RequestOutputKind
 
-            kwargs["output_kind"] = RequestOutputKind.FINAL_ONLY
+            kwargs["output_kind"] = RequestOutputKind.DELTA
         return self.vllm.SamplingParams(**kwargs)
 
     @property
@@ -382,29 +408,54 @@ class VLLMPolicy:
 
 
 def _turn(output: Any) -> PolicyTurn:
-    """A PolicyTurn from a vLLM RequestOutput: sampled ids with their log-probs.
+    """A PolicyTurn from a finished vLLM RequestOutput: sampled ids with their log-probs.
 
     Raises:
         SpreadrlError: when a sampled token has no log-prob. Writing 0.0 (probability
             1) instead would make truncated importance sampling's ratio
             exp(trainer - 0.0) for that token: a silent, wrong correction.
     """
-    completion = output.outputs[0]
-    ids = list(completion.token_ids)
-    steps = completion.logprobs
-    if ids and (steps is None or len(steps) != len(ids)):
-        got = "none" if steps is None else f"{len(steps)}"
-        raise SpreadrlError(
-            f"vLLM request {output.request_id}: {len(ids)} sampled tokens but {got} "
-            "log-probs (SamplingParams.logprobs must be 0 and the engine must return them)"
-        )
-    logprobs = []
-    for i, (step, token) in enumerate(zip(steps or [], ids, strict=True)):
-        if not step or token not in step:
+    stream = _Stream(output.request_id)
+    stream.add(output.outputs[0])
+    return stream.turn()
+
+
+class _Stream:
+    """One request's completion as the engine hands it over, a delta per step."""
+
+    def __init__(self, request_id: str) -> None:
+        self.request_id = request_id
+        self.started = False
+        self.text: list[str] = []
+        self.ids: list[int] = []
+        self.logprobs: list[float] = []
+        self.finish_reason: str | None = None
+
+    def add(self, completion: Any) -> None:
+        """Append one output's tokens (all of them for a final-only output).
+
+        Raises:
+            SpreadrlError: a sampled token without its log-prob (see :func:`_turn`).
+        """
+        ids = list(completion.token_ids)
+        steps = completion.logprobs
+        if ids and (steps is None or len(steps) != len(ids)):
+            got = "none" if steps is None else f"{len(steps)}"
             raise SpreadrlError(
-                f"vLLM request {output.request_id}: no log-prob for sampled token {token} "
-                f"at position {i}"
+                f"vLLM request {self.request_id}: {len(ids)} sampled tokens but {got} "
+                "log-probs (SamplingParams.logprobs must be 0 and the engine must return them)"
             )
-        logprobs.append(float(step[token].logprob))
-    finish = FINISH_REASONS.get(completion.finish_reason or "length", "length")
-    return PolicyTurn(completion.text, ids, logprobs, finish)
+        for step, token in zip(steps or [], ids, strict=True):
+            if not step or token not in step:
+                raise SpreadrlError(
+                    f"vLLM request {self.request_id}: no log-prob for sampled token {token} "
+                    f"at position {len(self.ids)}"
+                )
+            self.ids.append(token)
+            self.logprobs.append(float(step[token].logprob))
+        self.text.append(completion.text)
+        self.finish_reason = completion.finish_reason or self.finish_reason
+
+    def turn(self) -> PolicyTurn:
+        finish = FINISH_REASONS.get(self.finish_reason or "length", "length")
+        return PolicyTurn("".join(self.text), self.ids, self.logprobs, finish)

@@ -133,7 +133,7 @@ def launcher_env() -> dict[str, str]:
 
 
 class RequestOutputKind(enum.Enum):
-    FINAL_ONLY = 2
+    DELTA = 1
 
 
 class SamplingParams:
@@ -186,11 +186,17 @@ class RequestOutput:
 
 
 class LLMEngine:
-    """add_request, then step() until has_unfinished_requests() is False; each step
-    finishes the oldest request and reports the others as unfinished. Requests in
-    ``hang`` never finish; requests in ``drop`` finish as aborted; requests in
-    ``lose`` vanish at the next step without any output (a lost request id).
-    ``calls`` counts the calls of each method."""
+    """add_request, then step() until has_unfinished_requests() is False.
+
+    A request asking for ``RequestOutputKind.DELTA`` streams like vLLM's: the engine
+    serves at most ``max_running`` requests at once (None: all; the rest wait in
+    order, as behind a full KV cache, and output nothing), and every step each served
+    request outputs its next token, the last one with its finish reason. Any other
+    request: each step finishes the oldest and reports the others as unfinished.
+    Requests in ``hang`` never finish (a served one keeps its place); requests in
+    ``drop`` finish as aborted; requests in ``lose`` vanish at the next step without
+    any output (a lost request id). ``calls`` counts the calls of each method;
+    ``served_at`` the step at which each request was first served."""
 
     def __init__(self, llm: FakeLLM) -> None:
         self.llm = llm
@@ -201,6 +207,10 @@ class LLMEngine:
         self.lose: set[str] = set()
         self.aborted: list[str] = []
         self.calls: collections.Counter[str] = collections.Counter()
+        self.max_running: int | None = None
+        self.steps = 0
+        self.served_at: dict[str, int] = {}
+        self.sent: dict[str, int] = {}  # tokens already streamed, per request
 
     def add_request(self, request_id: str, prompt: dict, params: SamplingParams) -> str:
         if not isinstance(request_id, str):
@@ -218,8 +228,11 @@ class LLMEngine:
 
     def step(self) -> list[RequestOutput]:
         self.calls["step"] += 1
+        self.steps += 1
         self.llm.check_awake()
         self.queue = [q for q in self.queue if q[0] not in self.lose]
+        if any(q[2].output_kind is RequestOutputKind.DELTA for q in self.queue):
+            return self._stream_step()
         outs = []
         runnable = [q for q in self.queue if q[0] not in self.hang]
         for i, (rid, ctx, params) in enumerate(runnable):
@@ -232,6 +245,32 @@ class LLMEngine:
             outs.append(RequestOutput(rid, [completion], finished=i == 0))
         if runnable:
             self.queue.remove(runnable[0])
+        return outs
+
+    def _stream_step(self) -> list[RequestOutput]:
+        served = self.queue if self.max_running is None else self.queue[: self.max_running]
+        outs, done = [], []
+        for rid, ctx, params in served:
+            self.served_at.setdefault(rid, self.steps)
+            if rid in self.hang:
+                continue
+            if rid in self.drop:
+                outs.append(RequestOutput(rid, [CompletionOutput("", [], [], "abort")], True))
+                done.append(rid)
+                continue
+            full = self.llm.complete(ctx, params)
+            i = self.sent.get(rid, 0)
+            last = i + 1 >= len(full.token_ids)
+            ids = full.token_ids[i : i + 1]
+            steps = full.logprobs[i : i + 1] if full.logprobs is not None else None
+            delta = CompletionOutput(
+                full.text if last else "", ids, steps, full.finish_reason if last else None
+            )
+            self.sent[rid] = i + 1
+            outs.append(RequestOutput(rid, [delta], finished=last))
+            if last:
+                done.append(rid)
+        self.queue = [q for q in self.queue if q[0] not in done]
         return outs
 
     def abort_request(self, request_ids: list[str]) -> None:

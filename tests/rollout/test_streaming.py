@@ -311,10 +311,12 @@ def test_a_request_the_engine_lost_ends_its_episode_at_once(tiny_model, monkeypa
     assert "lost generation request t1/1/0#0@" in lost.error
     assert lost.response_ids == []
     assert fine.stop_reason == "answered"
-    # two requests, two engine steps (one finishes, one is lost); each poll asks the engine
-    # once and the scheduler once more: nothing like a loop until the wall time
-    assert engine.calls["step"] <= 3, engine.calls
-    assert engine.calls["has_unfinished_requests"] <= 8, engine.calls
+    # the fine request streams a token per engine step and the lost one vanishes at the
+    # first: one step per answer token; each poll asks the engine once and the scheduler
+    # once more: nothing like a loop until the wall time
+    answer = len(tok.encode("Done.", add_special_tokens=False)) + 1
+    assert engine.calls["step"] <= answer + 1, engine.calls
+    assert engine.calls["has_unfinished_requests"] <= 2 * answer + 4, engine.calls
     assert engine.aborted == []
 
 
@@ -347,3 +349,39 @@ def test_an_engine_abort_is_reported_as_aborted_not_as_length(tiny_model, monkey
     assert isinstance(dropped.stop_reason, EndReason)
     assert dropped.response_ids == []  # nothing of the aborted turn is trained on
     assert fine.stop_reason == "answered"
+
+
+def test_an_episode_queued_behind_a_full_engine_is_not_timed_until_served(tiny_model, monkeypatch):
+    """Issue 26: all episodes are submitted at once, but the engine serves two at a time
+    (as a KV cache that holds two sequences). The wall clock must start when the
+    engine first serves an episode, not at submission, or the last ones end as
+    ``wall_time`` having only waited. The clock here is the engine's step count."""
+    import types
+
+    from spreadrl.rollout import episode as episode_module
+    from spreadrl.rollout.vllm_policy import VLLMPolicy
+    from tests.rollout import fake_vllm
+
+    _, tok = tiny_model
+    fake_vllm.install(monkeypatch)
+    answer = tok.encode("Done.", add_special_tokens=False) + [
+        tok.convert_tokens_to_ids("<|im_end|>")
+    ]
+
+    class Engine(fake_vllm.FakeLLM):
+        def complete(self, prompt_ids, params):
+            return fake_vllm.finish_like_vllm(answer, [-0.5] * len(answer), params, eos=answer[-1])
+
+    policy = VLLMPolicy("m", llm=Engine("m"))
+    engine = policy.llm.llm_engine
+    engine.max_running = 2
+    monkeypatch.setattr(
+        episode_module, "time", types.SimpleNamespace(monotonic=lambda: engine.steps)
+    )
+    jobs = [EpisodeJob(make_task(), 1, s) for s in range(6)]
+    # an episode takes len(answer) engine steps once served; the last pair waits for two
+    # pairs before it, so from submission it would need 3 x len(answer) steps
+    settings = RolloutSettings(scheduler="episode", episode_wall_time_s=len(answer) + 0.5)
+    trajs = run_episodes(policy, FakePool(), jobs, settings, tok).trajectories
+    assert max(engine.served_at.values()) > len(answer) + 0.5  # some waited past the budget
+    assert [t.stop_reason for t in trajs] == ["answered"] * 6, [t.error for t in trajs]

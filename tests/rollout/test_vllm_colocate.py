@@ -149,13 +149,21 @@ def test_vllm_policy_streams_turns_through_the_engine(vllm):
     policy.submit("a#0", [5, 6], SamplingParams(max_new_tokens=8, seed=3))
     policy.submit("b#0", [9], SamplingParams(max_new_tokens=3, seed=3))
     assert policy.llm.events[:3] == ["sleep1", "wake:all", "add:a#0"]  # woken before queuing
-    first = policy.poll()
-    assert [rid for rid, _ in first] == ["a#0"]  # unfinished outputs are not returned
-    assert first[0][1].token_ids == [7, 2] and first[0][1].logprobs == [-0.25, -0.25]
     engine = policy.llm.llm_engine
+    engine.max_running = 1  # the engine serves one request at a time: b#0 waits
+    assert policy.take_started() == []
+    assert policy.poll() == []  # a#0's first token: unfinished turns are not returned
+    assert policy.take_started() == ["a#0"]  # scheduled, named once
+    first = policy.poll()
+    assert [rid for rid, _ in first] == ["a#0"]
+    # the streamed deltas add up to the whole turn
+    assert first[0][1].token_ids == [7, 2] and first[0][1].logprobs == [-0.25, -0.25]
+    assert first[0][1].finish_reason == "stop" and first[0][1].text == "x"
+    assert policy.take_started() == []  # b#0 still waited for the engine's only slot
     assert engine.params[1].max_tokens == 3
-    assert engine.params[1].output_kind is fake_vllm.RequestOutputKind.FINAL_ONLY
+    assert engine.params[1].output_kind is fake_vllm.RequestOutputKind.DELTA
     assert [p.seed for p in engine.params] == [3, 3]  # as the scheduler set it
+    assert policy.poll() == [] and policy.take_started() == ["b#0"]
     assert [rid for rid, _ in policy.poll()] == ["b#0"]
     assert policy.poll() == []  # an idle engine is not stepped
     policy.submit("c#0", [1], SamplingParams())

@@ -135,6 +135,39 @@ def test_token_in_token_out_across_turns(engine):
     )
 
 
+def test_the_engine_says_when_it_first_serves_a_request(engine):
+    """The episode scheduler starts an episode's wall clock when the engine first
+    serves it (issue 26): the streamed outputs (RequestOutputKind.DELTA) must name
+    every request once, no later than the poll that finishes it, and their deltas
+    add up to the turn that generate() samples with the same seed."""
+    policy, tokenizer = engine
+    ctx = tokenizer.encode("Put 42 in A1.")
+    params = SamplingParams(temperature=1.0, max_new_tokens=9, seed=5)
+    policy.take_started()  # what earlier tests on this engine left untaken
+    policy.submit("first", ctx, params)
+    policy.submit("second", ctx, SamplingParams(temperature=1.0, max_new_tokens=4, seed=6))
+    started: list[str] = []
+    finished: dict[str, object] = {}
+    while policy.has_unfinished():
+        done = policy.poll()
+        started += policy.take_started()
+        for rid, turn in done:
+            assert rid in started, (rid, started)
+            finished[rid] = turn
+    assert sorted(started) == ["first", "second"]
+    (direct,) = policy.llm.generate(
+        [{"prompt_token_ids": ctx}], sampling_params=[policy._sampling(params, 5)], use_tqdm=False
+    )
+    assert finished["first"].token_ids == list(direct.outputs[0].token_ids)
+    assert finished["first"].logprobs == pytest.approx(
+        [
+            lp[t].logprob
+            for lp, t in zip(direct.outputs[0].logprobs, finished["first"].token_ids, strict=True)
+        ]
+    )
+    assert len(finished["second"].token_ids) == 4 and finished["second"].finish_reason == "length"
+
+
 def test_max_tokens_and_stop_ids_are_honoured(engine):
     policy, tokenizer = engine
     ctx = tokenizer.encode("Sum column B")

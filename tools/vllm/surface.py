@@ -182,7 +182,7 @@ SURFACE: dict[str, Entry] = {
             "output_kind",
         ),
     ),
-    "RequestOutputKind": Members("vllm/sampling_params.py", "RequestOutputKind", ("FINAL_ONLY",)),
+    "RequestOutputKind": Members("vllm/sampling_params.py", "RequestOutputKind", ("DELTA",)),
     "RequestOutput": Params(
         "vllm/outputs.py", "RequestOutput.__init__", ("request_id", "outputs", "finished")
     ),
