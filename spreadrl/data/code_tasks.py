@@ -33,6 +33,7 @@ from pathlib import Path
 from typing import Any
 
 from spreadrl.data.code_tests import normalize_tests
+from spreadrl.data.jsontypes import JSONObject, JSONValue
 from spreadrl.data.task import Task, TaskCase, TaskSet
 from spreadrl.errors import TaskFormatError
 
@@ -49,7 +50,7 @@ def make_problem_task(
     *,
     kind: str,
     answer: str | None = None,
-    tests: Any = None,
+    tests: JSONValue = None,
     origin: str = "builtin",
     difficulty: str | None = None,
     reference_solution: str | None = None,
@@ -274,7 +275,7 @@ def _call(fn: str, *pairs: tuple[list, Any]) -> dict[str, Any]:
     return {"kind": "call", "fn_name": fn, "cases": [{"args": a, "expected": e} for a, e in pairs]}
 
 
-def _c(task_id: str, problem: str, tests: Any, solution: str) -> dict[str, Any]:
+def _c(task_id: str, problem: str, tests: JSONValue, solution: str) -> JSONObject:
     return {"id": task_id, "problem": problem, "tests": tests, "solution": solution}
 
 

@@ -10,6 +10,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from spreadrl.data.jsontypes import JSONValue
 from spreadrl.errors import TaskFormatError
 
 
@@ -42,7 +43,7 @@ class CodeTests:
         }
 
 
-def normalize_tests(raw: Any, where: str = "tests") -> CodeTests:
+def normalize_tests(raw: CodeTests | JSONValue, where: str = "tests") -> CodeTests:
     """Accept the test formats of the sources and of our JSONL files (see CodeTests).
 
     Forms: a CodeTests; {"kind": ...} (our own); TACO's {"inputs": [...], "outputs":
@@ -91,5 +92,5 @@ def normalize_tests(raw: Any, where: str = "tests") -> CodeTests:
     )
 
 
-def _join(value: Any) -> str:
+def _join(value: JSONValue) -> str:
     return "\n".join(map(str, value)) if isinstance(value, list) else str(value)

@@ -33,10 +33,10 @@ import os
 import shutil
 import tarfile
 import zipfile
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
-from typing import Any
+from typing import Any, BinaryIO
 
 from spreadrl.data.importers.rl_release import ARCHIVE, PARSERS, parquet_name
 from spreadrl.data.importers.rl_release import SPLITS as SRL_SPLITS
@@ -300,7 +300,12 @@ def fetch_url(url: str, dest: Path, *, progress: bool = False, timeout: float = 
 
 
 def _stream_body(
-    chunks: Iterable[bytes], handle: Any, label: str, have: int, total: int | None, progress: bool
+    chunks: Iterable[bytes],
+    handle: BinaryIO,
+    label: str,
+    have: int,
+    total: int | None,
+    progress: bool,
 ) -> None:
     if not progress:
         for chunk in chunks:
@@ -378,7 +383,7 @@ def find_archive_root(unpacked: Path, spec: DatasetSpec) -> Path:
 
 
 def _download_archive(
-    spec: DatasetSpec, out: Path, cache: Path, endpoint: str | None, progress: bool, **imp: Any
+    spec: DatasetSpec, out: Path, cache: Path, endpoint: str | None, progress: bool, **imp: bool
 ) -> DownloadReport:
     from spreadrl.data.importers import import_spreadsheetbench
 
@@ -562,7 +567,8 @@ def _release_files(
     return parquet, archive, f"{HF_DATASETS_URL}/{spec.repo_id}"
 
 
-def _load_local(files: list[Path], cache: Path) -> Any:
+def _load_local(files: list[Path], cache: Path) -> Iterable[Mapping[str, object]]:
+    """The rows of local parquet/JSON files (a ``datasets.Dataset``, read row by row)."""
     import datasets
 
     return datasets.load_dataset(
@@ -574,7 +580,12 @@ def _load_local(files: list[Path], cache: Path) -> Any:
 
 
 def _download_problems(
-    spec: DatasetSpec, split: str, out: Path, rows: Any, origin: str, overwrite: bool
+    spec: DatasetSpec,
+    split: str,
+    out: Path,
+    rows: Iterable[Mapping[str, object]],
+    origin: str,
+    overwrite: bool,
 ) -> DownloadReport:
     if out.is_dir() and any(out.iterdir()) and not overwrite:
         raise SpreadrlError(f"--out {out} is not empty; choose a new folder or pass --overwrite")

@@ -173,6 +173,22 @@ class DedupFilter:
 # ---------------------------------------------------------------- prompt length
 
 
+class PromptTokenizer(Protocol):
+    """What the prompt-length filter needs of a tokenizer (a transformers tokenizer has it).
+
+    A Protocol rather than ``PreTrainedTokenizerBase`` so data, the lowest package,
+    does not import transformers to name a type.
+    """
+
+    chat_template: str | None
+
+    def apply_chat_template(
+        self, conversation: list[dict[str, str]], *, add_generation_prompt: bool, tokenize: bool
+    ) -> str: ...
+
+    def encode(self, text: str, *, add_special_tokens: bool) -> list[int]: ...
+
+
 class PromptLengthFilter:
     """Drops tasks whose prompt is longer than ``max_tokens`` under the model's tokenizer.
 
@@ -185,7 +201,7 @@ class PromptLengthFilter:
 
     def __init__(
         self,
-        tokenizer: Any,
+        tokenizer: PromptTokenizer,
         max_tokens: int,
         render: Callable[[Task], str] | None = None,
     ) -> None:
@@ -212,7 +228,7 @@ class PromptLengthFilter:
         return None
 
 
-def load_tokenizer(path: Path) -> Any:
+def load_tokenizer(path: Path) -> PromptTokenizer:
     """AutoTokenizer from a local folder (never the network), with a clear error."""
     from transformers import AutoTokenizer
 

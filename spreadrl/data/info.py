@@ -12,6 +12,9 @@ import logging
 from collections import Counter
 from typing import Any
 
+from rich.console import Group
+from rich.table import Table
+
 from spreadrl.data.task import Task, TaskSet
 
 log = logging.getLogger(__name__)
@@ -115,11 +118,8 @@ def _size(n: int) -> str:
     return f"{n} B"
 
 
-def render_summary(summary: dict[str, Any]) -> Any:
+def render_summary(summary: dict[str, Any]) -> Group:
     """Rich renderables for a summary: an overview table, one table per breakdown, problems."""
-    from rich.console import Group
-    from rich.table import Table
-
     overview = Table(title=f"Task set {summary['root']}", show_header=False)
     overview.add_column("what", style="bold")
     overview.add_column("value", justify="right")

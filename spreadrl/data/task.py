@@ -26,6 +26,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from spreadrl.data.jsontypes import JSONValue
 from spreadrl.errors import TaskFormatError
 
 CELL_LEVEL = "Cell-Level Manipulation"
@@ -186,7 +187,7 @@ def find_cases(folder: Path, task_id: str) -> tuple[TaskCase, ...]:
     return tuple(cases)
 
 
-def _parse_entry(entry: Any, position: int, root: Path) -> Task:
+def _parse_entry(entry: JSONValue, position: int, root: Path) -> Task:
     if not isinstance(entry, dict):
         raise TaskFormatError(f"{root / 'dataset.json'}: entry {position} is not an object")
     missing = [name for name in _REQUIRED_FIELDS if name not in entry]

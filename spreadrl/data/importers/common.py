@@ -16,7 +16,6 @@ import zipfile
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
 from spreadrl.data.task import (
     CELL_LEVEL,
@@ -101,7 +100,7 @@ class StagedOutput:
         shutil.rmtree(self.path, ignore_errors=True)
 
 
-def check_task_id(task_id: Any, where: str) -> str:
+def check_task_id(task_id: object, where: str) -> str:
     """Task ids become folder and file names: refuse empty ones and path separators."""
     text = str(task_id).strip() if task_id is not None else ""
     if not text or not _SAFE_ID.match(text):
@@ -140,7 +139,7 @@ def is_xlsx_bytes(data: bytes) -> bool:
         return False
 
 
-def check_answer_position(text: Any, task_id: str, where: str) -> str:
+def check_answer_position(text: object, task_id: str, where: str) -> str:
     """The answer_position as given, after checking that it parses."""
     from spreadrl.cells import AnswerPositionError, parse_answer_position
 
@@ -155,7 +154,7 @@ def check_answer_position(text: Any, task_id: str, where: str) -> str:
     return text
 
 
-def normalize_instruction_type(value: Any, task_id: str, where: str) -> str:
+def normalize_instruction_type(value: object, task_id: str, where: str) -> str:
     """Accept the full names and the short ``Cell-Level`` / ``sheet`` spellings."""
     text = str(value).strip()
     if text in INSTRUCTION_TYPES:
@@ -200,7 +199,7 @@ def write_task(
     staging: Path,
     task_id: str,
     cases: list[tuple[Callable[[Path], None], Callable[[Path], None]]],
-    **fields: Any,
+    **fields: object,
 ) -> Task:
     """Write one task's cases in the native naming; each writer fills one file."""
     folder = staging / task_id

@@ -31,6 +31,7 @@ from spreadrl.data.importers.rl_release import (
     ground_truth_path,
     task_id_for,
 )
+from spreadrl.data.jsontypes import JSONValue
 from spreadrl.data.task import Task
 from spreadrl.errors import MissingDependencyError, TaskFormatError
 
@@ -38,12 +39,12 @@ COLUMNS = ("data_source", "agent_name", "prompt", "ability", "reward_model", "ex
 _REQUIRED = ("prompt", "reward_model")
 
 
-def _plain(value: Any) -> Any:
+def _plain(value: object) -> JSONValue:
     """A JSON-ready copy (arrow may hand back numpy scalars or tuples)."""
     return json.loads(json.dumps(value, default=str))
 
 
-def check_prompt(value: Any, where: str) -> list[dict[str, Any]]:
+def check_prompt(value: object, where: str) -> list[dict[str, Any]]:
     """The row's chat as a list of ``{role, content, ...}`` messages, verbatim.
 
     Keys arrow filled with None (a struct column's union of fields) are dropped;

@@ -20,7 +20,7 @@ SOURCE = "spreadsheet-rl"
 INSTRUCTION_KEYS = ("instruction", "question", "query")
 
 
-def first_key(record: dict[str, Any], keys: tuple[str, ...]) -> Any:
+def first_key(record: dict[str, Any], keys: tuple[str, ...]) -> object:
     for key in keys:
         if record.get(key) not in (None, ""):
             return record[key]

@@ -22,7 +22,6 @@ import re
 import zipfile
 from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
-from typing import Any
 
 from spreadrl.errors import SpreadrlError, TaskFormatError
 
@@ -55,7 +54,7 @@ def parse_parquet_name(path: Path) -> tuple[str, str] | None:
     return (match.group(1), match.group(2)) if match else None
 
 
-def ground_truth_path(value: Any, where: str) -> str:
+def ground_truth_path(value: object, where: str) -> str:
     """The task folder a row points at, checked the way upstream's agent loop checks it."""
     if isinstance(value, list | tuple) and len(value) == 1:
         value = value[0]

@@ -10,11 +10,11 @@ cross_sheet_total: a summary sheet totalling the same column of several sheets.
 from __future__ import annotations
 
 import random
-from typing import Any
 
 from spreadrl.data.synth.base import (
     Book,
     CaseSpec,
+    CellValue,
     Family,
     TaskSpec,
     cell_ref,
@@ -68,7 +68,7 @@ _HARD = (
 )
 
 
-def on_rounding_edge(value: Any) -> bool:
+def on_rounding_edge(value: object) -> bool:
     """True when ``value`` sits on a 2-place rounding boundary (x.xx5): a last-bit
     difference between Python's and the engine's arithmetic would flip the check."""
     if not isinstance(value, float):
@@ -76,12 +76,12 @@ def on_rounding_edge(value: Any) -> bool:
     return abs(abs(value * 100) % 1 - 0.5) < 1e-6
 
 
-def _nudged(value: Any) -> Any:
+def _nudged(value: float) -> float:
     """One unit up (a cent for money): moves an average of n > 1 values off an edge."""
     return value + 1 if isinstance(value, int) else round(value + 0.01, 2)
 
 
-def _reduce(func: str, values: list[Any]) -> Any:
+def _reduce(func: str, values: list[CellValue]) -> float:
     numbers = [v for v in values if isinstance(v, int | float)]
     if func == "SUM":
         return sum(numbers)
@@ -252,7 +252,7 @@ def _conditional(rng: random.Random, difficulty: str, n_cases: int) -> TaskSpec:
             if r[ki] == key and (key2_col is None or r[layout.pos(key2_col.header)] == key2)
         ]
         if func == "COUNTIF":
-            value: Any = len(match)
+            value: float = len(match)
         elif func == "AVERAGEIF":
             value = sum(r[vi] for r in match) / len(match)
             while on_rounding_edge(value):

@@ -15,14 +15,20 @@ import random
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any, Protocol, TypeAlias
 
+from spreadrl.data.jsontypes import JSONValue
 from spreadrl.errors import SpreadrlError
 
 DIFFICULTIES = ("easy", "medium", "hard")
 DATE_FORMAT = "yyyy-mm-dd"
 _FIXED_TIME = dt.datetime(2024, 1, 1)
 _EXCEL_EPOCH = dt.datetime(1899, 12, 30)  # workbook properties: no wall clock in outputs
+
+CellValue: TypeAlias = str | int | float | bool | dt.datetime | None
+"""A value the families put in a cell (formulas are text starting with ``=``)."""
+CellData: TypeAlias = CellValue | list["CellData"]
+"""One cell value, a row of them, or rows: what a write_range call carries."""
 
 
 def column_letter(number: int) -> str:
@@ -51,7 +57,7 @@ def sheet_prefix(sheet: str) -> str:
     return "'" + sheet.replace("'", "''") + "'!"
 
 
-def json_value(value: Any) -> Any:
+def json_value(value: CellData) -> JSONValue:
     """A cell value as a tool call can carry it: dates become Excel serial day numbers
     (which the checker compares equal to the date)."""
     if isinstance(value, dt.datetime):
@@ -62,7 +68,7 @@ def json_value(value: Any) -> Any:
     return value
 
 
-def write_call(cell_range: str, values: Any) -> dict[str, Any]:
+def write_call(cell_range: str, values: CellData) -> dict[str, Any]:
     """A write_range tool call of docs/tools.md (dates as serial numbers)."""
     return {"name": "write_range", "arguments": {"range": cell_range, "values": json_value(values)}}
 
@@ -189,6 +195,6 @@ class Family:
         return spec
 
 
-def pick(rng: random.Random, options: list[str] | tuple[str, ...], **fields: Any) -> str:
+def pick(rng: random.Random, options: list[str] | tuple[str, ...], **fields: object) -> str:
     """A random template from ``options`` filled with ``fields``."""
     return rng.choice(options).format(**fields)

@@ -12,6 +12,8 @@ import random
 from dataclasses import dataclass
 from typing import Any
 
+from spreadrl.data.synth.base import Book, CellValue
+
 REGIONS = ["North", "South", "East", "West", "Central"]
 PRODUCTS = [
     "Laptop",
@@ -171,7 +173,7 @@ DOMAINS = {
 }
 
 
-def draw(rng: random.Random, column: Column, serial: int) -> Any:
+def draw(rng: random.Random, column: Column, serial: int) -> CellValue:
     """One value of ``column``; ``serial`` makes ids unique within a table."""
     if column.kind == "text":
         return rng.choice(column.pool)
@@ -275,10 +277,8 @@ def choose_layout(
     return Layout(domain.sheet, domain, domain.columns, 3, n_rows, title=title), target
 
 
-def table_book(layout: Layout, rows: list[list[Any]]) -> Any:
+def table_book(layout: Layout, rows: list[list[CellValue]]) -> Book:
     """A Book holding the layout's table (and title) filled with ``rows``."""
-    from spreadrl.data.synth.base import Book
-
     book = Book()
     if layout.title:
         book.sheet(layout.sheet)[(layout.top - 2, layout.left)] = layout.title

@@ -194,7 +194,7 @@ def function_calls(code: str) -> list[tuple[str, int, int, list[tuple[int, int]]
     return found
 
 
-def _argument(text: str, value_of: ValueOf) -> Any:
+def _argument(text: str, value_of: ValueOf) -> object:
     """The value of one argument when it is a literal or a single cell, else UNKNOWN."""
     text = text.strip()
     if len(text) >= 2 and text[0] == text[-1] == '"' and _STRING.fullmatch(text):
@@ -220,7 +220,7 @@ _ERRORS = frozenset(
 )
 
 
-def _is_error(value: Any) -> bool:
+def _is_error(value: object) -> bool:
     return isinstance(value, str) and value in _ERRORS
 
 

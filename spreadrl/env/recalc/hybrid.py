@@ -34,6 +34,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import ironcalc
+from ironcalc import Model
+
+from spreadrl.cells import range_cells
+from spreadrl.env import recalc
+from spreadrl.env.recalc.excel_rules import UNKNOWN, function_calls, rewrite_formula
+from spreadrl.env.recalc.libreoffice import LibreOfficeEngine, uno_python
 from spreadrl.env.recalc.xlsx_scan import XlsxScan, load_model, scan_xlsx
 from spreadrl.errors import SpreadrlError, WorkbookError
 
@@ -68,7 +75,7 @@ _CELL_REF = re.compile(r"^\$?([A-Z]{1,3})\$?(\d+)$")
 _warned = False
 
 
-def _is_error(value: Any) -> bool:
+def _is_error(value: object) -> bool:
     return isinstance(value, str) and bool(_ERROR_LIKE.match(value))
 
 
@@ -84,8 +91,6 @@ _LISTED = re.compile(r"(?:YEARFRAC|TEXT|MATCH|LOOKUP)\s*\(")
 
 def distrust_reason(formula: str) -> str:
     """Why IronCalc's value of ``formula`` cannot be trusted to be Excel's ('' when it can)."""
-    from spreadrl.env.recalc.excel_rules import function_calls
-
     code = _STRING.sub('""', formula.upper())
     if "(" not in code:
         return ""
@@ -150,11 +155,9 @@ def _array_cells(path: Path, names: list[str]) -> dict[str, list[str]]:
     return ranges
 
 
-def _range_keys(model: Any, index: int, ref: str) -> list[tuple[int, int, int]]:
+def _range_keys(model: Model, index: int, ref: str) -> list[tuple[int, int, int]]:
     """The cells of an array formula's range, clipped to the sheet's used area
     (``=First!1:1`` entered as an array spans 16,384 columns)."""
-    from spreadrl.cells import range_cells
-
     _, max_row, _, max_column = model.get_sheet_dimensions(index)
     return [
         (index, r, c)
@@ -167,7 +170,7 @@ DATE1904_REASON = "1904 date system (IronCalc counts days from 1900)"
 
 
 def untrusted_cells(
-    model: Any, names: list[str], path: Path, *, date1904: bool = False
+    model: Model, names: list[str], path: Path, *, date1904: bool = False
 ) -> dict[tuple[int, int, int], str]:
     """(sheet index, row, column) -> reason, for every cell IronCalc's value is not trusted on.
 
@@ -207,12 +210,10 @@ def _warn_once(message: str) -> None:
         log.warning(message)
 
 
-def libreoffice_or_none() -> Any:
+def libreoffice_or_none() -> LibreOfficeEngine | None:
     """The persistent LibreOffice engine, or None (warned once) where it is missing."""
-    from spreadrl.env.recalc import find_soffice
-    from spreadrl.env.recalc.libreoffice import LibreOfficeEngine, uno_python
-
-    if find_soffice() is None or uno_python() is None:
+    # through the package, so a test can hide LibreOffice
+    if recalc.find_soffice() is None or uno_python() is None:
         _warn_once(
             "hybrid recalculation: LibreOffice (soffice + python3-uno) is not installed, so "
             "cells IronCalc is not trusted on keep IronCalc's values (IronCalc-only figures); "
@@ -222,7 +223,7 @@ def libreoffice_or_none() -> Any:
     return LibreOfficeEngine(persistent=True)
 
 
-def _write_back(model: Any, key: tuple[int, int, int], value: Any) -> bool:
+def _write_back(model: Model, key: tuple[int, int, int], value: object) -> bool:
     """Put a second engine's value into the IronCalc model; False where IronCalc refuses
     (a cell of an array formula's or a spill's range), which keeps IronCalc's value."""
     try:
@@ -233,7 +234,7 @@ def _write_back(model: Any, key: tuple[int, int, int], value: Any) -> bool:
     return True
 
 
-def _write_value(model: Any, key: tuple[int, int, int], value: Any) -> None:
+def _write_value(model: Model, key: tuple[int, int, int], value: object) -> None:
     sheet, row, column = key
     if isinstance(value, bool):
         model.update_cell_with_bool(sheet, row, column, value)
@@ -255,7 +256,7 @@ class HybridResult:
     ``formulas`` keeps their formulas (the model now holds constants there).
     """
 
-    model: Any
+    model: Model
     sheet_names: list[str]
     cell_engines: dict[tuple[int, int, int], str] = field(default_factory=dict)
     formulas: dict[tuple[int, int, int], str] = field(default_factory=dict)
@@ -291,17 +292,13 @@ def load_hybrid(path: Path, scan: XlsxScan | None = None) -> HybridResult:
 RULES_ENGINE = "ironcalc+excel-rules"
 
 
-def _rules_stage(model: Any, names: list[str], book: HybridResult) -> None:
+def _rules_stage(model: Model, names: list[str], book: HybridResult) -> None:
     """Rewrite the formulas Excel reads differently from IronCalc (:mod:`.excel_rules`).
 
     The rewritten cells are still computed by IronCalc (recorded as
     ``ironcalc+excel-rules``, their original formula kept in ``book.formulas``),
     and the model is evaluated again so that the cells depending on them follow.
     """
-    import ironcalc
-
-    from spreadrl.env.recalc.excel_rules import UNKNOWN, rewrite_formula
-
     index = {name.casefold(): i for i, name in enumerate(names)}
     changed = 0
     for key in model.get_all_cells():
@@ -310,7 +307,7 @@ def _rules_stage(model: Any, names: list[str], book: HybridResult) -> None:
         if formula is None:
             continue
 
-        def value_of(sheet_name: str | None, ref: str, own: int = sheet) -> Any:
+        def value_of(sheet_name: str | None, ref: str, own: int = sheet) -> object:
             target = own if sheet_name is None else index.get(sheet_name.casefold())
             match = _CELL_REF.match(ref)
             if target is None or match is None:
@@ -334,7 +331,7 @@ def _rules_stage(model: Any, names: list[str], book: HybridResult) -> None:
 
 
 def _libreoffice_stage(
-    path: Path, model: Any, names: list[str], reasons: dict, book: HybridResult
+    path: Path, model: Model, names: list[str], reasons: dict[str, str], book: HybridResult
 ) -> None:
     """Recompute ``reasons``' cells with LibreOffice and write its values into ``model``."""
 
@@ -383,7 +380,7 @@ _DATE_FUNCTIONS = re.compile(
 )
 
 
-def _prefer_libreoffice(ours: Any, theirs: Any, formula: str = "") -> bool:
+def _prefer_libreoffice(ours: object, theirs: object, formula: str = "") -> bool:
     """Whether LibreOffice's value replaces IronCalc's on an untrusted cell.
 
     LibreOffice's own codes (``Err:NNN``) and its ``#NAME?`` (a function it lacks,
@@ -412,7 +409,7 @@ def _prefer_libreoffice(ours: Any, theirs: Any, formula: str = "") -> bool:
 _formulas_cache: dict[str, Any] = {}
 
 
-def _formulas_value(value: Any) -> Any:
+def _formulas_value(value: object) -> str | float | bool | None:
     """A value of the ``formulas`` package as the checker's plain types (str, float, bool)."""
     import numpy as np
 
@@ -425,7 +422,9 @@ def _formulas_value(value: Any) -> Any:
     return None if value is None else str(value)
 
 
-def _formulas_stage(model: Any, names: list[str], keys: set, book: HybridResult) -> None:
+def _formulas_stage(
+    model: Model, names: list[str], keys: set[tuple[int, int, int]], book: HybridResult
+) -> None:
     """Recompute the base-conversion cells with the ``formulas`` package, cell by cell.
 
     Its BIN2*/OCT2*/HEX2* follow Excel's argument rules (``#NUM!`` for an
@@ -443,8 +442,6 @@ def _formulas_stage(model: Any, names: list[str], keys: set, book: HybridResult)
             "functions (BIN2DEC, DEC2BIN, ...) keep IronCalc's values; pip install 'spreadrl[recalc]'"
         )
         return
-    import ironcalc
-
     taken = 0
     for key in sorted(keys):
         sheet, row, column = key

@@ -12,14 +12,15 @@ from __future__ import annotations
 import os
 import tempfile
 from pathlib import Path
-from typing import Any
 
+import ironcalc
+from ironcalc import Model
+
+from spreadrl.env.recalc.xlsx_scan import load_model
 from spreadrl.errors import WorkbookError
 
 
-def _load(path: Path, *, evaluate: bool = True):  # -> ironcalc.Model
-    from spreadrl.env.recalc.xlsx_scan import load_model
-
+def _load(path: Path, *, evaluate: bool = True) -> Model:
     if not Path(path).is_file():
         raise WorkbookError(f"{path}: file does not exist")
     model = load_model(Path(path))  # typed blanks (openpyxl's `<c s="1" t="n"/>`) stay blank
@@ -46,7 +47,7 @@ class IronCalcEngine:
         return _dump(_load(Path(path)))
 
 
-def save_model(model: Any, dst: Path) -> None:
+def save_model(model: Model, dst: Path) -> None:
     """Write ``model`` to ``dst`` as xlsx, atomically (IronCalc refuses to overwrite)."""
     dst.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=".recalc-", suffix=".xlsx", dir=dst.parent)
@@ -70,9 +71,7 @@ def read_cached(path: Path) -> dict[str, dict[str, object]]:
     return _dump(_load(Path(path), evaluate=False))
 
 
-def _dump(model) -> dict[str, dict[str, object]]:  # model: ironcalc.Model
-    import ironcalc
-
+def _dump(model: Model) -> dict[str, dict[str, object]]:
     names = [props["name"] for props in model.get_worksheets_properties()]
     values: dict[str, dict[str, object]] = {name: {} for name in names}
     for sheet, row, column in model.get_all_cells():

@@ -38,7 +38,7 @@ import tempfile
 import threading
 import time
 from pathlib import Path
-from typing import Any
+from typing import Protocol
 
 from spreadrl.errors import WorkbookError
 
@@ -175,10 +175,18 @@ def _answers(path: Path) -> bool:
     return service_pid(path) is not None
 
 
+class Converter(Protocol):
+    """What the service drives: a LibreOfficeServer, or a test's stand-in."""
+
+    def convert(self, src: Path, dst: Path) -> None: ...
+
+    def close(self) -> None: ...
+
+
 class _Service(socketserver.ThreadingUnixStreamServer):
     daemon_threads = True
 
-    def __init__(self, path: Path, server, max_pending: int) -> None:  # server: LibreOfficeServer
+    def __init__(self, path: Path, server: Converter, max_pending: int) -> None:
         self.lo = server
         self.max_pending = max_pending
         self.active = 0  # requests waiting or running
@@ -231,7 +239,7 @@ class _Handler(socketserver.StreamRequestHandler):
 
 def serve(
     path: Path,
-    lo: Any,
+    lo: Converter,
     *,
     max_pending: int = DEFAULT_MAX_PENDING,
     idle_s: float = DEFAULT_IDLE_S,

@@ -20,7 +20,10 @@ import tempfile
 from dataclasses import dataclass, field
 from functools import lru_cache
 from pathlib import Path
-from typing import Any
+
+from ironcalc import Model
+from openpyxl.styles.numbers import is_date_format, is_timedelta_format
+from openpyxl.utils.datetime import CALENDAR_MAC_1904, WINDOWS_EPOCH, from_excel
 
 from spreadrl.env.recalc.excel_text import fix_number_text, needs_fix
 from spreadrl.env.recalc.xlsx_scan import load_model, scan_xlsx
@@ -57,14 +60,14 @@ def _date_kind(num_fmt: str) -> str | None:
     """'date', 'timedelta' or None for a number format, by openpyxl's own tests."""
     if not num_fmt or num_fmt.lower() == "general":
         return None
-    from openpyxl.styles.numbers import is_date_format, is_timedelta_format
-
     if not is_date_format(num_fmt):
         return None
     return "timedelta" if is_timedelta_format(num_fmt) else "date"
 
 
-def cell_value(model: Any, sheet: int, row: int, column: int, *, date1904: bool = False) -> Any:
+def cell_value(
+    model: Model, sheet: int, row: int, column: int, *, date1904: bool = False
+) -> object:
     """The value openpyxl (``data_only=True``) would report for one cell of an IronCalc model.
 
     ``date1904``: the workbook counts days from 1904-01-01 (``<workbookPr date1904="1"/>``,
@@ -74,8 +77,6 @@ def cell_value(model: Any, sheet: int, row: int, column: int, *, date1904: bool 
     if isinstance(value, float):
         kind = _date_kind(model.get_cell_style(sheet, row, column).get("num_fmt") or "")
         if kind is not None:
-            from openpyxl.utils.datetime import CALENDAR_MAC_1904, WINDOWS_EPOCH, from_excel
-
             epoch = CALENDAR_MAC_1904 if date1904 else WINDOWS_EPOCH
             try:
                 return from_excel(value, epoch, timedelta=kind == "timedelta")
@@ -98,7 +99,7 @@ class WorkbookValues:
     """
 
     path: Path
-    model: Any
+    model: Model
     sheet_names: list[str]
     recalculated: bool = False
     engine: str | None = None
@@ -122,7 +123,7 @@ class WorkbookValues:
                 return candidate
         return None
 
-    def value(self, sheet: str, row: int, column: int) -> Any:
+    def value(self, sheet: str, row: int, column: int) -> object:
         index = self._index[sheet]
         value = cell_value(self.model, index, row, column, date1904=self.date1904)
         if (

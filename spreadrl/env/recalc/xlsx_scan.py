@@ -20,7 +20,9 @@ import re
 import zipfile
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+
+import ironcalc
+from ironcalc import Model
 
 from spreadrl.errors import WorkbookError
 
@@ -150,7 +152,7 @@ def scan_xlsx(path: Path) -> XlsxScan:
     return scan
 
 
-def clear_typed_blanks(model: Any, scan: XlsxScan) -> int:
+def clear_typed_blanks(model: Model, scan: XlsxScan) -> int:
     """Empty (style kept) the cells IronCalc read as a value although the file holds none.
 
     Call it right after loading, before ``evaluate``, so formulas see them blank too.
@@ -174,13 +176,11 @@ def clear_typed_blanks(model: Any, scan: XlsxScan) -> int:
     return cleared
 
 
-def load_model(path: Path, scan: XlsxScan | None = None) -> Any:
+def load_model(path: Path, scan: XlsxScan | None = None) -> Model:
     """IronCalc's model of ``path`` with typed blanks cleared (not evaluated).
 
     Raises WorkbookError naming the file; an IronCalc panic (a BaseException) too.
     """
-    import ironcalc
-
     scan = scan_xlsx(path) if scan is None else scan
     try:
         model = ironcalc.load_from_xlsx(str(path))
