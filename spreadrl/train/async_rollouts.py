@@ -69,6 +69,8 @@ class VersionedPolicy:
         self._pending: tuple[int, object] | None = None
         self._stop = threading.Event()
         self.syncs = 0
+        # frees a payload that is never applied (replaced by a newer one, or left at stop)
+        self.discard: Callable[[object], None] | None = None
 
     def __getattr__(self, name: str) -> object:
         return getattr(self.inner, name)
@@ -77,11 +79,20 @@ class VersionedPolicy:
         """Hand over the weights of ``version`` (trainer's thread); applied before the next
         generation call. A newer payload replaces one not yet applied."""
         with self._lock:
-            self._pending = (version, payload)
+            replaced, self._pending = self._pending, (version, payload)
+        if replaced is not None and self.discard is not None:
+            self.discard(replaced[1])
 
     def stop(self) -> None:
         """Make the producer's next generation call raise :class:`ProducerStopped`."""
         self._stop.set()
+
+    def drop_pending(self) -> None:
+        """Free the payload not yet applied (after the producer stopped)."""
+        with self._lock:
+            pending, self._pending = self._pending, None
+        if pending is not None and self.discard is not None:
+            self.discard(pending[1])
 
     def refresh(self) -> int:
         """Apply the newest published weights, if any; return the version now sampling."""
@@ -370,3 +381,4 @@ class AsyncRollouts(Generic[T]):
         if self._thread.is_alive():
             self._thread.join(timeout)
         self._ready.clear()
+        self.policy.drop_pending()

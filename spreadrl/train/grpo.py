@@ -17,9 +17,11 @@ from typing import TYPE_CHECKING, Any
 
 from spreadrl.data.task import TaskSet
 from spreadrl.errors import ConfigError
+from spreadrl.rollout.hf_policy import HFPolicy
 from spreadrl.rollout.policy import Policy
 from spreadrl.rollout.runner import EnvPoolLike, EpisodeJob, RolloutSettings, run_episodes
 from spreadrl.rollout.types import Trajectory
+from spreadrl.train.async_steps import AsyncSteps, check_async, decoupled, start_async
 from spreadrl.train.batching import MIN_SHARED_PREFIX, Sample
 from spreadrl.train.config import GRPOConfig, RewardConfig
 from spreadrl.train.distributed import (
@@ -318,6 +320,8 @@ def train_grpo(
         run.close()  # every rank refuses alike: leave the process group together
         raise
     check_rollout_backend(cfg, info)
+    if cfg.rollout.max_staleness:
+        check_async(cfg, info, _weight_sync(cfg))
     model, tokenizer = run.build_model()
     pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0
     compute = compute_dtype(cfg.model.dtype, info.device)  # fp32 master weights, bf16 compute
@@ -345,32 +349,61 @@ def train_grpo(
     # SIGINT / SIGTERM: every rank stops after the same step, then saves it
     signals = StopSignals(info.rank if info.enabled else None)
     signals.install()
+    steps_async: AsyncSteps | None = None
     try:
+        if cfg.rollout.max_staleness:  # rollouts of the next steps overlap the update
+            steps_async = start_async(
+                cfg,
+                model,
+                tokenizer,
+                policy if colocated is not None else None,
+                lambda p, s: collect_rollouts(
+                    p, pool, tokenizer, tasks, sampler, cfg, cfg.seed + s
+                ),
+                sampler.state,
+                start=start,
+                compute=compute,
+            )
+            if colocated is not None:  # the engine is the producer's alone: the in-loop
+                batch = cfg.rollout.group_size * cfg.rollout.prompts_per_step  # eval uses hf
+                policy, colocated = HFPolicy(model, tokenizer, max_batch_size=batch), None
         for step in range(start + 1, cfg.steps + 1):
             t_step = time.perf_counter()
-            # gradients freed, shards only, allocator cache emptied: then the engine wakes
-            release_for_generation(model, optimizer, info.device)
-            memory.reset()
-            if colocated is not None:
-                colocated.before_rollouts(model)
-            # the hf backend samples with the trainer's model (gathered: ranks run different
-            # numbers of forwards); a colocated engine has its own copy, so nothing is gathered
-            own = colocated is None
-            with (
-                gathered_params(model, enabled=own),
-                compute_context(model, compute if own else "float32"),
-            ):
-                trajs, advantages, keep, parts, timings = collect_rollouts(
-                    policy, pool, tokenizer, tasks, sampler, cfg, cfg.seed + step, info
-                )
-            if colocated is not None:
-                colocated.after_rollouts()
+            sampler_state = None  # the synchronous loop saves the sampler itself
+            if steps_async is None:
+                # gradients freed, shards only, allocator cache emptied: then the engine wakes
+                release_for_generation(model, optimizer, info.device)
+                memory.reset()
+                if colocated is not None:
+                    colocated.before_rollouts(model)
+                # the hf backend samples with the trainer's model (gathered: ranks run different
+                # numbers of forwards); a colocated engine has its own copy, so nothing is gathered
+                own = colocated is None
+                with (
+                    gathered_params(model, enabled=own),
+                    compute_context(model, compute if own else "float32"),
+                ):
+                    trajs, advantages, keep, parts, timings = collect_rollouts(
+                        policy, pool, tokenizer, tasks, sampler, cfg, cfg.seed + step, info
+                    )
+                if colocated is not None:
+                    colocated.after_rollouts()
+            else:
+                t0 = time.perf_counter()
+                produced = steps_async.take(step)
+                trajs, advantages, keep, parts, timings = produced.value
+                timings["wait_s"] = time.perf_counter() - t0  # the trainer idle, waiting
+                timings["rollout_s"] = produced.seconds
+                sampler_state = produced.sampler_state  # after this step's draws, not later
             samples = to_samples(trajs, advantages, keep, cfg.rollout.group_size)
             timings["rollout_peak_gb"] = memory.peak_gb() or 0.0
             memory.reset()
-            t0 = time.perf_counter()
+            t0 = t_train = time.perf_counter()
             with gathered_params(model):  # every rank enters: gathering is a collective
-                if samples and (us.ppo_epochs > 1 or _minibatches(cfg) > 1):
+                # asynchronous: the proximal policy of decoupled PPO, always
+                if samples and (
+                    steps_async is not None or us.ppo_epochs > 1 or _minibatches(cfg) > 1
+                ):
                     old = compute_logprobs(
                         model,
                         samples,
@@ -392,12 +425,14 @@ def train_grpo(
                 ):
                     sample.ref_logprobs = lp
             timings["logprobs_s"] = time.perf_counter() - t0
+            if steps_async is not None:
+                timings.update(steps_async.bookkeeping(step, trajs, samples))
             t0 = time.perf_counter()
             update = policy_update(
                 model,
                 optimizer,
                 samples,
-                us,
+                us if steps_async is None else decoupled(us),
                 pad_id=pad_id,
                 scheduler=scheduler,
                 seed=cfg.seed + step,
@@ -406,6 +441,9 @@ def train_grpo(
             catch_up_schedule(scheduler, step * updates_per_step)
             timings["update_s"] = time.perf_counter() - t0
             timings["train_peak_gb"] = memory.peak_gb() or 0.0
+            if steps_async is not None:
+                timings["overlap"] = steps_async.overlap(t_train, time.perf_counter())
+                steps_async.publish(step, model)  # a step boundary: the producer's next sync
             # the held-out eval may wake the engine before the next step does
             release_for_generation(model, optimizer, info.device)
             metrics = {
@@ -448,12 +486,18 @@ def train_grpo(
                         f"eval step {step:>4}: held-out pass@1 {100 * metrics['eval/pass@1']:.1f}% "
                         f"over {int(metrics['eval/episodes'])} episodes ({metrics['eval_s']:.1f} s)"
                     )
-            saved = run.maybe_save(step, *ckpt_args, {"sampler": sampler.state()})
+            # asynchronous: the sampler as it was after this step's prompts, so a resumed
+            # run draws the in-flight steps' prompts again (their rollouts are discarded)
+            extra = {"sampler": sampler_state or sampler.state()}
+            saved = run.maybe_save(step, *ckpt_args, extra)
             if step < cfg.steps and (signal_name := signals.requested(info)):
-                extra = {"sampler": sampler.state()}
+                if steps_async is not None:
+                    steps_async.stop()  # its requests aborted, its rollouts discarded
                 raise run.stop(signal_name, step, cfg.steps, saved, *ckpt_args, extra)
         final = run.finish(model, tokenizer)
     finally:
+        if steps_async is not None:
+            steps_async.stop()
         signals.restore()
         if own_pool:
             pool.__exit__(None, None, None)
@@ -536,6 +580,15 @@ def build_rollout_policy(
             console.print(line, highlight=False)
         return engine, ColocatedRollouts(engine, sync=sync)
     return HFPolicy(model, tokenizer, max_batch_size=batch), None
+
+
+def _weight_sync(cfg: GRPOConfig) -> str:
+    """``rollout.weight_sync`` resolved (the hf backend has none: "files" stands for it)."""
+    if cfg.rollout.backend != "vllm":
+        return "files"
+    from spreadrl.rollout.vllm_policy import resolve_weight_sync
+
+    return resolve_weight_sync(cfg.rollout.weight_sync)
 
 
 def catch_up_schedule(scheduler: Any, planned: int) -> None:
