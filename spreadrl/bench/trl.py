@@ -4,10 +4,23 @@ Both systems train the same model folder (a 4.72M-parameter Qwen3: hidden 256,
 4 layers, 4/2 heads, head_dim 64, ffn 768, tied embeddings, a BPE trained on
 the demo tasks with its embedding padded to 6,150 rows) on the same shape: 8
 prompts x 4 rollouts, one turn, 128 new tokens, fp32, one epoch, one
-mini-batch, no KL. TRL gets the bare task instruction as its prompt; spreadrl
-runs its own episodes on ``builtin:demo-train`` (the ``write_range`` tool
-preset, so the tool schema is in the system prompt), keeps every group
-(``sampling.mode=keep``) and packs the update into one micro-batch.
+mini-batch, no KL. spreadrl runs its own episodes on ``builtin:demo-train``
+(the ``write_range`` tool preset, so the tool schema is in the system prompt),
+keeps every group (``sampling.mode=keep``) and packs the update into one
+micro-batch.
+
+What TRL is given as prompts is the mode:
+
+- ``--same-prompt`` (the default): equal work. The parent draws the prompts of
+  every step as spreadrl's sampler will (same seed, same order), resets each
+  episode and renders its opening (system prompt with the tool schema,
+  instruction, workbook overview) with the model's chat template, and TRL gets
+  that text, unshuffled: its tokenizer turns it into the very ids spreadrl's
+  episodes start with. Both children check it: TRL's ids at every step against
+  the rendering, spreadrl's first step against TRL's.
+- ``--instruction-prompt``: TRL gets the bare task instruction as a one-message
+  chat (23 tokens where spreadrl's opening has ~600), the comparison measured
+  before equal work was possible.
 
 Each run is a subprocess (``python -m spreadrl.bench.trl SPEC.json``), so peak
 RSS is per system and one cannot warm the other's caches; runs alternate
@@ -26,16 +39,34 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
-from typing import Any
+from typing import TypedDict
 
+import torch
 import typer
+from rich.console import Console
+from rich.table import Table
+from transformers import AutoModelForCausalLM, AutoTokenizer
 
+import spreadrl.train.grpo as grpo
+from spreadrl.config import load_config
+from spreadrl.data.builtin import builtin_tasks
+from spreadrl.data.sources import resolve_tasks
+from spreadrl.env.factory import make_env_pool
 from spreadrl.errors import SpreadrlError
+from spreadrl.models.init import init_model, load_model_and_tokenizer
+from spreadrl.models.tokenizer import default_corpus, task_corpus, train_tokenizer
+from spreadrl.rollout.episode import EpisodeJob, start_episodes
+from spreadrl.rollout.types import Trajectory
+from spreadrl.train.config import GRPOConfig
+from spreadrl.train.sampler import EpochShuffle
 
 SYSTEMS = ("trl", "spreadrl")
+# the label of TRL's runs given the bare instruction when --both-modes runs it beside
+# the same-prompt runs (which keep the label "trl")
+TRL_INSTRUCTION = "trl-instruction"
 
 # The model of the issue's measurement: Qwen3 shape overrides on the tiny preset.
 BENCH_MODEL = {
@@ -63,17 +94,42 @@ class Shape:
     # spreadrl's update budget: 65536 puts the whole step in one micro-batch, as TRL runs
     # its 32 sequences in one forward; smaller budgets trade nothing but peak memory
     micro_batch_tokens: int = 65536
+    # TRL's prompts: spreadrl's rendered openings (equal work), or the bare instruction
+    same_prompt: bool = True
 
 
 SMOKE = Shape(prompts=2, group=2, new_tokens=8, steps=2)
 
 
+class StepRecord(TypedDict, total=False):
+    """One counted step of either system (``total=False``: TRL's has no split when untimed)."""
+
+    step_s: float
+    generate_s: float
+    update_s: float
+    tokens: float
+    generated: float
+    prompt_tokens: float
+
+
+class RunResult(TypedDict):
+    """What one benchmark subprocess hands back (``system`` becomes the run's label)."""
+
+    system: str
+    records: list[StepRecord]
+    first_prompt_ids: list[list[int]]
+    peak_rss_mb: float
+
+
+class RenderedPrompt(TypedDict):
+    """One episode opening as TRL gets it: the chat template's text and spreadrl's ids of it."""
+
+    text: str
+    ids: list[int]
+
+
 def build_bench_model(out: Path, *, seed: int = 0) -> Path:
     """The shared model folder: BPE on the demo tasks' text, Qwen3 of :data:`BENCH_MODEL`."""
-    from spreadrl.data.builtin import builtin_tasks
-    from spreadrl.models.init import init_model
-    from spreadrl.models.tokenizer import default_corpus, task_corpus, train_tokenizer
-
     tokenizer = train_tokenizer(
         default_corpus(task_corpus(builtin_tasks("demo-train").root)), vocab_size=1024
     )
@@ -89,15 +145,9 @@ def _peak_rss_mb() -> float:
 # ---- the spreadrl half ------------------------------------------------------------
 
 
-def spreadrl_steps(model_dir: Path, shape: Shape, out: Path) -> list[dict[str, float]]:
-    """Run ``shape.steps`` spreadrl GRPO steps; one record per step (times and token counts)."""
-    from rich.console import Console
-
-    import spreadrl.train.grpo as grpo
-    from spreadrl.config import load_config
-    from spreadrl.train.config import GRPOConfig
-
-    cfg = load_config(
+def spreadrl_config(model_dir: Path, shape: Shape, out: Path) -> GRPOConfig:
+    """spreadrl's recipe for ``shape``; the same-prompt mode draws TRL's prompts from it too."""
+    return load_config(
         GRPOConfig,
         None,
         [
@@ -128,12 +178,23 @@ def spreadrl_steps(model_dir: Path, shape: Shape, out: Path) -> list[dict[str, f
             "device=cpu",
         ],
     )
+
+
+def spreadrl_steps(
+    model_dir: Path, shape: Shape, out: Path
+) -> tuple[list[StepRecord], list[list[int]]]:
+    """Run ``shape.steps`` spreadrl GRPO steps: one record per step, and the first step's
+    prompt ids, one list per episode in rollout order (G per prompt)."""
+    cfg = spreadrl_config(model_dir, shape, out)
     prompt_tokens: list[int] = []
+    first_ids: list[list[int]] = []
     collect = grpo.collect_rollouts
 
-    def counting(*args: Any, **kwargs: Any) -> Any:  # the prompt sizes of each step's episodes
-        result = collect(*args, **kwargs)
+    def counting(*args: object, **kwargs: object) -> tuple[list[Trajectory], torch.Tensor, ...]:
+        result = collect(*args, **kwargs)  # the prompt sizes of each step's episodes
         prompt_tokens.append(sum(len(t.prompt_ids) for t in result[0]))
+        if not first_ids:
+            first_ids.extend(list(t.prompt_ids) for t in result[0])
         return result
 
     grpo.collect_rollouts = counting
@@ -143,7 +204,7 @@ def spreadrl_steps(model_dir: Path, shape: Shape, out: Path) -> list[dict[str, f
         grpo.collect_rollouts = collect
     rows = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
     episodes = shape.prompts * shape.group
-    records = []
+    records: list[StepRecord] = []
     for row, prompt in zip(rows, prompt_tokens, strict=True):
         generated = row["generated_tokens"] * episodes
         records.append(
@@ -156,14 +217,78 @@ def spreadrl_steps(model_dir: Path, shape: Shape, out: Path) -> list[dict[str, f
                 "prompt_tokens": prompt / episodes,
             }
         )
-    return records
+    return records, first_ids
+
+
+def same_prompts(model_dir: Path, shape: Shape) -> list[RenderedPrompt]:
+    """The openings of spreadrl's episodes, one per prompt of every step, in its order.
+
+    The draws are those of ``train_grpo``'s sampler (its seed, its task list); each
+    episode is reset as spreadrl resets it (``start_episodes``: system prompt with the
+    tool schema, instruction, workbook overview), and rendered with the model's chat
+    template as ``render_prompt_ids`` renders it, so TRL's tokenizer gets the text whose
+    ids spreadrl trains on. Run in the parent, so no environment weighs on TRL's RSS.
+    """
+    cfg = spreadrl_config(model_dir, shape, model_dir.parent / "prompts-run")  # never written
+    _, tokenizer = load_model_and_tokenizer(str(model_dir))
+    tasks = resolve_tasks(cfg.data.train_tasks)
+    sampler = EpochShuffle([(t.id, c) for t, c in tasks.episodes()], seed=cfg.seed)
+    draws = sampler.next(shape.prompts * shape.steps)
+    jobs = [EpisodeJob(tasks.get(tid), case, i) for i, (tid, case) in enumerate(draws)]
+    with make_env_pool(cfg.env) as pool:
+        states = start_episodes(pool, jobs, grpo.rollout_settings(cfg, cfg.seed), tokenizer)
+    out: list[RenderedPrompt] = []
+    for state in states:
+        traj = state.traj
+        if traj.error or not traj.prompt_ids:
+            raise SpreadrlError(f"bench trl --same-prompt: episode {traj.key}: {traj.error}")
+        text = tokenizer.apply_chat_template(
+            traj.messages, tools=traj.tools or None, add_generation_prompt=True, tokenize=False
+        )
+        out.append({"text": str(text), "ids": list(traj.prompt_ids)})
+    return out
 
 
 # ---- the TRL half -----------------------------------------------------------------
 
 
-def trl_steps(model_dir: Path, shape: Shape, out: Path) -> list[dict[str, float]]:
-    """Run ``shape.steps`` TRL GRPOTrainer steps on the same model; one record per step."""
+def trl_dataset_rows(prompts: Sequence[RenderedPrompt] | None) -> list[dict[str, object]]:
+    """TRL's train rows: the rendered openings as text (same prompt, in draw order), or
+    the bare instruction as a one-message chat (TRL applies the template itself)."""
+    if prompts is not None:
+        return [{"prompt": p["text"]} for p in prompts]
+    return [
+        {"prompt": [{"role": "user", "content": t.instruction}]}
+        for t in builtin_tasks("demo-train").tasks
+    ]
+
+
+def check_trl_prompt_ids(
+    got: Sequence[Sequence[int]], prompts: Sequence[RenderedPrompt], step: int, shape: Shape
+) -> None:
+    """Refuse a same-prompt run whose TRL step did not start from spreadrl's ids.
+
+    ``got``: TRL's prompt ids of step ``step`` (0-based), one row per completion,
+    each prompt's ``group`` rows together, as TRL's repeat sampler orders them.
+    """
+    window = prompts[step * shape.prompts : (step + 1) * shape.prompts]
+    want = [list(p["ids"]) for p in window for _ in range(shape.group)]
+    if [list(row) for row in got] != want:
+        raise SpreadrlError(
+            f"bench trl --same-prompt: TRL's prompt ids at step {step + 1} differ from "
+            "spreadrl's rendering of the same episodes (has TRL changed how it tokenizes "
+            "text prompts?)"
+        )
+
+
+def trl_steps(
+    model_dir: Path, shape: Shape, out: Path, prompts: Sequence[RenderedPrompt] | None = None
+) -> tuple[list[StepRecord], list[list[int]]]:
+    """Run ``shape.steps`` TRL GRPOTrainer steps on the same model: one record per step,
+    and the first step's prompt ids, one list per completion.
+
+    With ``prompts`` (the same-prompt mode) TRL trains on them in order, unshuffled,
+    and every step's prompt ids are checked against them."""
     try:
         import trl
     except ImportError as exc:
@@ -171,18 +296,13 @@ def trl_steps(model_dir: Path, shape: Shape, out: Path) -> list[dict[str, float]
             "bench trl needs TRL: pip install 'spreadrl[bench]' (or pip install trl)"
         ) from exc
     from datasets import Dataset
-    from transformers import AutoModelForCausalLM, AutoTokenizer, TrainerCallback
-
-    from spreadrl.data.builtin import builtin_tasks
+    from transformers import TrainerCallback
 
     tokenizer = AutoTokenizer.from_pretrained(str(model_dir))
     model = AutoModelForCausalLM.from_pretrained(str(model_dir), dtype="float32")
-    tasks = builtin_tasks("demo-train")
-    dataset = Dataset.from_list(
-        [{"prompt": [{"role": "user", "content": t.instruction}]} for t in tasks.tasks]
-    )
+    dataset = Dataset.from_list(trl_dataset_rows(prompts))
 
-    def reward(completions: list[Any], **_: Any) -> list[float]:
+    def reward(completions: list[object], **_: object) -> list[float]:
         return [float("write_range" in json.dumps(c)) for c in completions]
 
     args = trl.GRPOConfig(
@@ -206,19 +326,24 @@ def trl_steps(model_dir: Path, shape: Shape, out: Path) -> list[dict[str, float]
         report_to="none",
         seed=shape.seed,
         disable_tqdm=True,
+        shuffle_dataset=prompts is None,  # same prompt: spreadrl's draw order
     )
-    records: list[dict[str, float]] = []
+    records: list[StepRecord] = []
+    first_ids: list[list[int]] = []
     current: dict[str, float] = {}
 
     class Timer(TrainerCallback):
-        def on_step_begin(self, *_: Any, **__: Any) -> None:
+        def on_step_begin(self, *_: object, **__: object) -> None:
             current.clear()
             current["start"] = time.perf_counter()
 
-        def on_step_end(self, *_: Any, **__: Any) -> None:
+        def on_step_end(self, *_: object, **__: object) -> None:
             step_s = time.perf_counter() - current.pop("start")
             gen = current.get("generate_s", float("nan"))
-            records.append({**current, "step_s": step_s, "update_s": step_s - gen})
+            record: StepRecord = {"step_s": step_s, "update_s": step_s - gen, "generate_s": gen}
+            for key in ("tokens", "generated", "prompt_tokens"):
+                record[key] = current[key]  # type: ignore[literal-required]
+            records.append(record)
 
     trainer = trl.GRPOTrainer(
         model=model,
@@ -228,29 +353,37 @@ def trl_steps(model_dir: Path, shape: Shape, out: Path) -> list[dict[str, float]
         processing_class=tokenizer,
         callbacks=[Timer()],
     )
-    generate = getattr(trainer, "_generate_and_score_completions", None)
+    generate: Callable[..., dict[str, torch.Tensor]] | None = getattr(
+        trainer, "_generate_and_score_completions", None
+    )
     if generate is None:  # TRL's rollout + scoring of a step, a private method since 0.14
         raise SpreadrlError(
             f"bench trl: TRL {trl.__version__} has no GRPOTrainer._generate_and_score_completions; "
             "this benchmark was written for TRL 1.16"
         )
 
-    def timed(*a: Any, **kw: Any) -> Any:
+    def timed(*a: object, **kw: object) -> dict[str, torch.Tensor]:
         t0 = time.perf_counter()
         batch = generate(*a, **kw)
         current["generate_s"] = time.perf_counter() - t0
-        prompt = float(batch["prompt_mask"].sum())
+        mask = batch["prompt_mask"].bool()
+        ids = [row[m].tolist() for row, m in zip(batch["prompt_ids"], mask, strict=True)]
+        if prompts is not None:
+            check_trl_prompt_ids(ids, prompts, len(records), shape)
+        if not first_ids:
+            first_ids.extend(ids)
+        prompt = float(mask.sum())
         completion = float(batch["completion_mask"].sum())
         current.update(
             tokens=prompt + completion,
             generated=completion,
-            prompt_tokens=prompt / batch["prompt_mask"].shape[0],
+            prompt_tokens=prompt / mask.shape[0],
         )
         return batch
 
     trainer._generate_and_score_completions = timed
     trainer.train()
-    return records
+    return records, first_ids
 
 
 # ---- the parent: alternate, then summarise ------------------------------------------
@@ -258,20 +391,38 @@ def trl_steps(model_dir: Path, shape: Shape, out: Path) -> list[dict[str, float]
 
 def child_main(spec_path: str) -> None:
     """Entry of one benchmark subprocess: run one system, write its records and peak RSS."""
-    import torch
-
     spec = json.loads(Path(spec_path).read_text())
     torch.set_num_threads(int(spec.get("threads") or torch.get_num_threads()))
     shape = Shape(**spec["shape"])
     out = Path(spec["out"])
-    run = trl_steps if spec["system"] == "trl" else spreadrl_steps
-    records = run(Path(spec["model"]), shape, out / "run")
-    result = {"system": spec["system"], "records": records, "peak_rss_mb": _peak_rss_mb()}
+    model = Path(spec["model"])
+    if spec["system"] == "trl":
+        given = spec.get("prompts")
+        prompts = json.loads(Path(given).read_text()) if given else None
+        records, first_ids = trl_steps(model, shape, out / "run", prompts)
+    else:
+        records, first_ids = spreadrl_steps(model, shape, out / "run")
+    result: RunResult = {
+        "system": spec["system"],
+        "records": records,
+        "first_prompt_ids": first_ids,
+        "peak_rss_mb": _peak_rss_mb(),
+    }
     Path(spec["result"]).write_text(json.dumps(result))
 
 
-def run_child(system: str, model_dir: Path, shape: Shape, work: Path, threads: int = 0) -> dict:
-    """One run of ``system`` in a fresh Python process; its records and peak RSS."""
+def run_child(
+    system: str,
+    model_dir: Path,
+    shape: Shape,
+    work: Path,
+    threads: int = 0,
+    prompts: Path | None = None,
+) -> RunResult:
+    """One run of ``system`` in a fresh Python process; its records and peak RSS.
+
+    ``prompts``: the JSON of :func:`same_prompts`, which a same-prompt TRL run trains on.
+    """
     work.mkdir(parents=True, exist_ok=True)
     spec = {
         "system": system,
@@ -280,6 +431,7 @@ def run_child(system: str, model_dir: Path, shape: Shape, work: Path, threads: i
         "out": str(work),
         "result": str(work / "result.json"),
         "threads": threads,
+        "prompts": str(prompts) if prompts and system == "trl" and shape.same_prompt else None,
     }
     spec_path = work / "spec.json"
     spec_path.write_text(json.dumps(spec))
@@ -296,7 +448,19 @@ def run_child(system: str, model_dir: Path, shape: Shape, work: Path, threads: i
     return json.loads((work / "result.json").read_text())
 
 
-def summarize(results: Sequence[dict[str, Any]], *, warmup: int = 1) -> dict[str, dict[str, float]]:
+def check_same_work(results: Sequence[RunResult]) -> bool | None:
+    """Whether every same-prompt TRL run's first step started from spreadrl's first-step ids.
+
+    None when there is nothing to compare (no same-prompt TRL run, or no spreadrl run).
+    """
+    ours = [r["first_prompt_ids"] for r in results if r["system"] == "spreadrl"]
+    theirs = [r["first_prompt_ids"] for r in results if r["system"] == "trl"]
+    if not ours or not theirs:
+        return None
+    return all(t == ours[0] for t in theirs) and all(o == ours[0] for o in ours)
+
+
+def summarize(results: Sequence[RunResult], *, warmup: int = 1) -> dict[str, dict[str, float]]:
     """Per system: median s/step and split, tokens/s, generated tokens/s, peak RSS (max over runs).
 
     Rates are totals over the counted steps divided by their total time; the
@@ -304,7 +468,7 @@ def summarize(results: Sequence[dict[str, Any]], *, warmup: int = 1) -> dict[str
     """
     out: dict[str, dict[str, float]] = {}
     for system in dict.fromkeys(r["system"] for r in results):
-        steps: list[dict[str, float]] = []
+        steps: list[StepRecord] = []
         rss = 0.0
         for r in results:
             if r["system"] != system:
@@ -337,24 +501,46 @@ COLUMNS = (
     ("generated_per_s", "generated tok/s", "{:.0f}"),
     ("peak_rss_mb", "peak RSS MB", "{:.0f}"),
 )
+RATIO_NAMES = {"trl": "spreadrl / TRL", TRL_INSTRUCTION: "spreadrl / TRL (instruction prompt)"}
 
 
 def table_rows(summary: dict[str, dict[str, float]]) -> list[list[str]]:
-    """Rows of the printed table: one per system, then spreadrl / TRL when both ran."""
+    """Rows of the printed table: one per system, then spreadrl / each TRL run that ran."""
     rows = [
         [system] + [fmt.format(stats[key]) for key, _, fmt in COLUMNS]
         for system, stats in summary.items()
     ]
-    if "trl" in summary and "spreadrl" in summary:
-        a, b = summary["spreadrl"], summary["trl"]
+    a = summary.get("spreadrl")
+    for name, title in RATIO_NAMES.items():
+        b = summary.get(name)
+        if a is None or b is None:
+            continue
         rows.append(
-            ["spreadrl / TRL"]
+            [title]
             + [
                 f"{a[key] / b[key]:.2f}x" if b[key] and b[key] == b[key] else "-"
                 for key, _, _ in COLUMNS
             ]
         )
     return rows
+
+
+def run_plan(
+    chosen: Sequence[str], same_prompt: bool, both_modes: bool, rounds: int
+) -> list[list[str]]:
+    """Each round's runs, by label: ``trl`` is TRL on the same prompt ids, ``trl-instruction``
+    TRL on the bare instruction (both with ``both_modes``), ``spreadrl`` spreadrl; the
+    order is reversed every other round, so a busy machine's drift slows each alike."""
+    labels: list[str] = []
+    for system in chosen:
+        if system != "trl":
+            labels.append(system)
+            continue
+        if same_prompt or both_modes:
+            labels.append("trl")
+        if not same_prompt or both_modes:
+            labels.append(TRL_INSTRUCTION)
+    return [labels if r % 2 == 0 else labels[::-1] for r in range(rounds)]
 
 
 def bench_trl(
@@ -368,24 +554,33 @@ def bench_trl(
     micro_batch_tokens: int = typer.Option(
         65536, help="spreadrl's update micro-batch token budget (65536: one micro-batch)."
     ),
+    same_prompt: bool = typer.Option(
+        True,
+        "--same-prompt/--instruction-prompt",
+        help="TRL gets spreadrl's rendered episode openings, the same token ids (equal "
+        "work), or only the bare task instruction.",
+    ),
+    both_modes: bool = typer.Option(
+        False, help="Run TRL in both prompt modes in the same alternating rounds."
+    ),
     smoke: bool = typer.Option(False, help="A tiny shape and 2 steps: checks that both run."),
     out: Path = typer.Option(None, help="Keep the runs here (default: a temporary folder)."),
 ) -> None:
     """TRL GRPOTrainer vs spreadrl grpo on one model and one step shape, in alternating subprocesses.
 
     Prints s/step, tokens/s, generated tokens/s and peak RSS per system, and their
-    ratios. Needs the bench extra for the TRL half: pip install 'spreadrl[bench]'.
+    ratios. By default TRL starts from the very prompt ids spreadrl's episodes start
+    with (tool schema, instruction, workbook overview); --instruction-prompt gives it
+    the bare instruction instead, --both-modes runs both. Needs the bench extra for
+    the TRL half: pip install 'spreadrl[bench]'.
 
-      spreadrl bench trl --steps 4 --rounds 2
+      spreadrl bench trl --steps 4 --rounds 2 --both-modes
     """
-    from rich.console import Console
-    from rich.table import Table
-
     console = Console()
     if not console.is_terminal:  # piped into a file or docs: room for every column
         console = Console(width=160)
     shape = SMOKE if smoke else Shape(prompts, group, new_tokens, steps)
-    shape = replace(shape, micro_batch_tokens=micro_batch_tokens)
+    shape = replace(shape, micro_batch_tokens=micro_batch_tokens, same_prompt=same_prompt)
     chosen = [s.strip() for s in systems.split(",") if s.strip()]
     bad = sorted(set(chosen) - set(SYSTEMS))
     if bad or not chosen:
@@ -393,23 +588,44 @@ def bench_trl(
     with tempfile.TemporaryDirectory(prefix="spreadrl-bench-trl-") as tmp:
         root = Path(out) if out else Path(tmp)
         model_dir = build_bench_model(root / "model")
+        prompt_file = None
+        if "trl" in chosen and (same_prompt or both_modes):  # the draws of every step
+            prompt_file = root / "prompts.json"
+            prompt_file.write_text(json.dumps(same_prompts(model_dir, shape)))
         results = []
-        for r in range(1 if smoke else rounds):
-            order = chosen if r % 2 == 0 else chosen[::-1]
-            for system in order:
-                console.print(f"round {r + 1}: {system} ({shape.steps} steps)")
-                results.append(run_child(system, model_dir, shape, root / f"{system}-{r}", threads))
+        plan = run_plan(chosen, same_prompt, both_modes, 1 if smoke else rounds)
+        for r, order in enumerate(plan):
+            for label in order:
+                console.print(f"round {r + 1}: {label} ({shape.steps} steps)")
+                system = "trl" if label == TRL_INSTRUCTION else label
+                run_shape = replace(shape, same_prompt=label == "trl")
+                work = root / f"{label}-{r}"
+                result = run_child(system, model_dir, run_shape, work, threads, prompt_file)
+                results.append({**result, "system": label})
         summary = summarize(results)
-    versions = _versions()
+    same = check_same_work(results)
+    if same is False:
+        raise SpreadrlError(
+            "bench trl --same-prompt: TRL's first-step prompt ids differ from spreadrl's"
+        )
     table = Table("system", *(title for _, title, _ in COLUMNS))
     for row in table_rows(summary):
         table.add_row(*row)
     console.print(table)
+    versions = ", ".join(f"{k} {v}" for k, v in _versions().items())
+    mode = "; ".join(
+        text
+        for label, text in (
+            ("trl", "trl: spreadrl's prompt ids" + (" (checked)" if same else "")),
+            (TRL_INSTRUCTION, f"{TRL_INSTRUCTION}: the bare instruction"),
+        )
+        if label in summary
+    )
     console.print(
         f"shape: {shape.prompts} prompts x {shape.group} rollouts, {shape.new_tokens} new tokens, "
         f"fp32, 1 epoch, 1 mini-batch, no KL, spreadrl micro_batch_tokens "
-        f"{shape.micro_batch_tokens}; medians over steps 2..{shape.steps} of each run; "
-        + ", ".join(f"{k} {v}" for k, v in versions.items())
+        f"{shape.micro_batch_tokens}; TRL's prompts: {mode or '-'}; medians over steps "
+        f"2..{shape.steps} of each run; {versions}"
     )
 
 
