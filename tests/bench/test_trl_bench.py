@@ -1,21 +1,32 @@
-"""bench trl without TRL: the spreadrl half through its subprocess protocol, the summary and
-the table, and the error when TRL is absent (trl is the optional bench extra, not in dev)."""
+"""bench trl without TRL: the spreadrl half through its subprocess protocol, the prompts a
+same-prompt TRL run gets, the run plan of the CLI's modes, the summary and the table, and the
+error when TRL is absent (trl is the optional bench extra, not in dev)."""
 
+import json
 import math
 import sys
 from dataclasses import replace
 
 import pytest
+from typer.testing import CliRunner
 
+import spreadrl.bench.trl as bench
 from spreadrl.bench.trl import (
     BENCH_VOCAB,
     SMOKE,
+    TRL_INSTRUCTION,
     build_bench_model,
+    check_same_work,
+    check_trl_prompt_ids,
     run_child,
+    run_plan,
+    same_prompts,
     summarize,
     table_rows,
+    trl_dataset_rows,
     trl_steps,
 )
+from spreadrl.cli.main import app
 from spreadrl.errors import SpreadrlError
 
 
@@ -52,6 +63,26 @@ def test_spreadrl_child_runs_the_shape(bench_model, tmp_path):
     assert rec["tokens"] >= rec["prompt_tokens"] * episodes + rec["generated"]
     assert rec["step_s"] >= rec["generate_s"] > 0 and rec["update_s"] > 0
 
+    # --same-prompt: the ids TRL starts from are the ids spreadrl's first step started from.
+    # TRL 1.16 tokenizes a text prompt as processing_class(text=prompts)["input_ids"]
+    # (GRPOTrainer._tokenize_prompts) and repeats each prompt `group` times in a row
+    prompts = same_prompts(bench_model, shape)
+    assert len(prompts) == shape.prompts * shape.steps
+    from transformers import AutoTokenizer
+
+    tokenizer = AutoTokenizer.from_pretrained(str(bench_model))
+    rows = trl_dataset_rows(prompts)
+    trl_ids = tokenizer(text=[r["prompt"] for r in rows[: shape.prompts]])["input_ids"]
+    trl_first = [list(ids) for ids in trl_ids for _ in range(shape.group)]
+    assert len(result["first_prompt_ids"]) == episodes
+    assert trl_first == result["first_prompt_ids"]
+    check_trl_prompt_ids(trl_first, prompts, 0, shape)  # the TRL child's own check passes
+    # the old mode (a chat of the bare instruction) starts from other, far fewer ids
+    bare = trl_dataset_rows(None)[0]["prompt"]
+    bare_ids = tokenizer.apply_chat_template(bare, add_generation_prompt=True, tokenize=True)
+    bare_ids = bare_ids["input_ids"] if hasattr(bare_ids, "keys") else bare_ids
+    assert 0 < len(bare_ids) < len(trl_first[0]) / 5
+
 
 def _result(system, step_s, tokens, generated, rss):
     records = [
@@ -77,6 +108,72 @@ def test_summary_skips_warmup_and_rows_give_ratios():
     assert [r[0] for r in rows] == ["trl", "spreadrl", "spreadrl / TRL"]
     assert rows[-1][1] == f"{2.0 / 3.0:.2f}x"
     assert math.isnan(summary["trl"]["prompt_tokens"]) is False
+
+
+def test_trl_prompt_check_refuses_other_ids():
+    shape = replace(SMOKE, prompts=2, group=2)
+    prompts = [
+        {"text": t, "ids": ids} for t, ids in zip("abcd", [[1, 2], [3], [4], [5]], strict=True)
+    ]
+    check_trl_prompt_ids([[1, 2], [1, 2], [3], [3]], prompts, 0, shape)
+    check_trl_prompt_ids([[4], [4], [5], [5]], prompts, 1, shape)  # step 2: the next draws
+    with pytest.raises(SpreadrlError, match="step 1 differ"):
+        check_trl_prompt_ids([[1, 2], [3], [1, 2], [3]], prompts, 0, shape)  # wrong order
+    with pytest.raises(SpreadrlError, match="step 1 differ"):
+        check_trl_prompt_ids([[1], [1], [3], [3]], prompts, 0, shape)
+
+
+def test_same_work_compares_first_steps_of_same_prompt_runs_only():
+    def run(system, ids):
+        return {"system": system, "records": [], "first_prompt_ids": ids, "peak_rss_mb": 1.0}
+
+    ours = run("spreadrl", [[1, 2], [1, 2]])
+    assert check_same_work([run("trl", [[1, 2], [1, 2]]), ours]) is True
+    assert check_same_work([run("trl", [[1, 2], [1, 2]]), ours, run("trl", [[1], [1]])]) is False
+    # the instruction-prompt runs are not meant to match, and are not compared
+    assert check_same_work([run(TRL_INSTRUCTION, [[9], [9]]), ours]) is None
+    assert check_same_work([run("trl", [[1, 2]])]) is None
+
+
+def test_run_plan_modes_and_alternation():
+    assert run_plan(["trl", "spreadrl"], True, False, 2) == [
+        ["trl", "spreadrl"],
+        ["spreadrl", "trl"],
+    ]
+    assert run_plan(["trl", "spreadrl"], False, False, 1) == [[TRL_INSTRUCTION, "spreadrl"]]
+    both = run_plan(["trl", "spreadrl"], True, True, 2)
+    assert both == [["trl", TRL_INSTRUCTION, "spreadrl"], ["spreadrl", TRL_INSTRUCTION, "trl"]]
+    assert run_plan(["spreadrl"], True, True, 1) == [["spreadrl"]]
+
+
+@pytest.mark.parametrize(
+    ("flags", "expected"),
+    [
+        ([], [("trl", True, True)]),
+        (["--same-prompt"], [("trl", True, True)]),
+        (["--instruction-prompt"], [("trl", False, False)]),
+        (["--both-modes"], [("trl", True, True), ("trl", False, False)]),
+    ],
+)
+def test_cli_prompt_mode_reaches_the_trl_runs(monkeypatch, tmp_path, flags, expected):
+    """The mode decides what the TRL child is given: the same-prompt file, or nothing."""
+    seen = []
+    drawn = [{"text": "x", "ids": [1]}]
+
+    def fake_child(system, model_dir, shape, work, threads=0, prompts=None):
+        given = json.loads(prompts.read_text()) if prompts and shape.same_prompt else None
+        seen.append((system, shape.same_prompt, given == drawn))
+        ids = [[1]] * (shape.prompts * shape.group)
+        rec = {"step_s": 1.0, "generate_s": 0.5, "update_s": 0.5, "tokens": 2.0, "generated": 1.0}
+        return {"system": system, "records": [rec], "first_prompt_ids": ids, "peak_rss_mb": 1.0}
+
+    monkeypatch.setattr(bench, "build_bench_model", lambda out: out)
+    monkeypatch.setattr(bench, "same_prompts", lambda model_dir, shape: drawn)
+    monkeypatch.setattr(bench, "run_child", fake_child)
+    args = ["bench", "trl", "--systems", "trl", "--rounds", "1", "--out", str(tmp_path), *flags]
+    result = CliRunner().invoke(app, args)
+    assert result.exit_code == 0, result.output
+    assert seen == expected
 
 
 def test_without_trl_the_error_names_the_extra(monkeypatch, tmp_path):
