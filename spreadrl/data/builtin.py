@@ -21,6 +21,7 @@ import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
+from spreadrl.data.synth import synthesize
 from spreadrl.data.task import TaskSet, load_tasks
 from spreadrl.errors import SpreadrlError
 
@@ -75,8 +76,6 @@ def builtin_tasks(split: str = "train", root: Path | None = None) -> TaskSet:
 
 
 def _build(split: str, folder: Path) -> None:
-    from spreadrl.data.synth import synthesize
-
     spec = SPLITS[split]
     folder.parent.mkdir(parents=True, exist_ok=True)
     log.info("building built-in split %s (%d tasks) in %s", split, spec.n, folder)

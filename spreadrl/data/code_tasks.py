@@ -34,7 +34,7 @@ from typing import Any
 
 from spreadrl.data.code_tests import normalize_tests
 from spreadrl.data.jsontypes import JSONObject, JSONValue
-from spreadrl.data.task import Task, TaskCase, TaskSet
+from spreadrl.data.task import Task, TaskCase, TaskProblem, TaskSet
 from spreadrl.errors import TaskFormatError
 
 MATH = "math"
@@ -127,8 +127,6 @@ def _builtin_task(kind: str, entry: Mapping[str, Any]) -> Task:
 def load_problem_jsonl(path: str | Path, *, skip_bad: bool = False) -> TaskSet:
     """Problems from a JSONL file; a bad line raises (or, with ``skip_bad``, is recorded
     in ``TaskSet.problems``) with the file and line number in the message."""
-    from spreadrl.data.task import TaskProblem
-
     path = Path(path)
     try:
         lines = path.read_text(encoding="utf-8").splitlines()

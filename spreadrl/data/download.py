@@ -38,6 +38,7 @@ from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
 from typing import Any, BinaryIO
 
+from spreadrl.data.importers import import_spreadsheet_rl, import_spreadsheetbench
 from spreadrl.data.importers.rl_release import ARCHIVE, PARSERS, parquet_name
 from spreadrl.data.importers.rl_release import SPLITS as SRL_SPLITS
 from spreadrl.errors import SpreadrlError
@@ -385,8 +386,6 @@ def find_archive_root(unpacked: Path, spec: DatasetSpec) -> Path:
 def _download_archive(
     spec: DatasetSpec, out: Path, cache: Path, endpoint: str | None, progress: bool, **imp: bool
 ) -> DownloadReport:
-    from spreadrl.data.importers import import_spreadsheetbench
-
     base = (endpoint or os.environ.get("SPREADRL_ARCHIVE_ENDPOINT") or SB_BASE_URL).rstrip("/")
     url = f"{base}/{spec.archive}"
     local = cache / spec.name / str(spec.archive)
@@ -652,8 +651,6 @@ def download_dataset(
             spec, out, cache, endpoint, progress, skip_bad=skip_bad, overwrite=overwrite
         )
     if spec.kind == "hub-release":
-        from spreadrl.data.importers import import_spreadsheet_rl
-
         parser = parser or PARSERS[0]
         if parser not in PARSERS:
             raise SpreadrlError(f"--parser {parser!r}: expected one of {', '.join(PARSERS)}")

@@ -29,6 +29,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
+from spreadrl.data.importers import copy_tasks
+from spreadrl.data.importers.common import check_paths
 from spreadrl.data.task import Task, TaskSet
 from spreadrl.errors import SpreadrlError
 
@@ -329,8 +331,6 @@ def apply_filters(
     found (later filters do not run on it).
     """
     if out is not None:
-        from spreadrl.data.importers.common import check_paths
-
         check_paths(task_set.root, Path(out), overwrite=overwrite)
     report = FilterReport(
         total=len(task_set) + len(task_set.problems), counts={f.name: 0 for f in filters}
@@ -354,8 +354,6 @@ def apply_filters(
             kept.append(task)
     report.kept = [task.id for task in kept]
     if out is not None:
-        from spreadrl.data.importers import copy_tasks
-
         written = copy_tasks(TaskSet(root=task_set.root, tasks=kept), Path(out), overwrite=True)
         report.out = written.root
         (written.root / REPORT_NAME).write_text(json.dumps(report.to_json(), indent=2))

@@ -15,6 +15,7 @@ from typing import Any
 from rich.console import Group
 from rich.table import Table
 
+from spreadrl.cells import AnswerPositionError, parse_answer_position
 from spreadrl.data.task import Task, TaskSet
 
 log = logging.getLogger(__name__)
@@ -23,8 +24,6 @@ log = logging.getLogger(__name__)
 def _answer_cells(task: Task) -> int | None:
     """Cells the checker compares, or None when a column/row-only range makes it data-dependent."""
     from openpyxl.utils.cell import range_boundaries
-
-    from spreadrl.cells import AnswerPositionError, parse_answer_position
 
     total = 0
     try:

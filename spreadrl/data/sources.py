@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from spreadrl.data import builtin, code_tasks
 from spreadrl.data.task import TaskSet, load_tasks
 
 BUILTIN_PREFIX = "builtin:"
@@ -20,15 +21,9 @@ def resolve_tasks(spec: str | Path, *, skip_bad: bool = False) -> TaskSet:
     """``builtin:test`` builds/reuses the built-in suite; anything else is a folder."""
     text = str(spec)
     if text.startswith(BUILTIN_CODE_PREFIX):
-        from spreadrl.data.code_tasks import builtin_code_tasks
-
-        return builtin_code_tasks(text[len(BUILTIN_CODE_PREFIX) :] or "train")
+        return code_tasks.builtin_code_tasks(text[len(BUILTIN_CODE_PREFIX) :] or "train")
     if text.endswith(".jsonl"):
-        from spreadrl.data.code_tasks import load_problem_jsonl
-
-        return load_problem_jsonl(Path(text), skip_bad=skip_bad)
+        return code_tasks.load_problem_jsonl(Path(text), skip_bad=skip_bad)
     if text.startswith(BUILTIN_PREFIX):
-        from spreadrl.data.builtin import builtin_tasks
-
-        return builtin_tasks(text[len(BUILTIN_PREFIX) :] or "train")
+        return builtin.builtin_tasks(text[len(BUILTIN_PREFIX) :] or "train")
     return load_tasks(Path(text), skip_bad=skip_bad)

@@ -18,6 +18,8 @@ from pathlib import Path
 from typing import Any
 
 from spreadrl.data.filters import near_duplicate_clusters
+from spreadrl.data.importers import copy_tasks
+from spreadrl.data.importers.common import check_paths
 from spreadrl.data.task import TaskSet
 from spreadrl.errors import SpreadrlError
 
@@ -98,8 +100,6 @@ def split_tasks(
         raise SpreadrlError(f"{task_set.root}: no tasks to split")
     out = Path(out) if out is not None else None
     if out is not None:
-        from spreadrl.data.importers.common import check_paths
-
         check_paths(task_set.root, out, overwrite=overwrite)
     tasks = sorted(task_set.tasks, key=lambda t: t.id)  # order-independent result
     clusters = near_duplicate_clusters([t.instruction for t in tasks], threshold)
@@ -112,8 +112,6 @@ def split_tasks(
         return report
     import os
     import shutil
-
-    from spreadrl.data.importers import copy_tasks
 
     # Written beside ``out`` and swapped in at the end: a failure leaves ``out`` as it was.
     staging = out.parent / f".{out.name}.splitting-{os.getpid()}"

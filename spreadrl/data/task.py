@@ -26,6 +26,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from spreadrl.cells import AnswerPositionError, parse_answer_position
 from spreadrl.data.jsontypes import JSONValue
 from spreadrl.errors import TaskFormatError
 
@@ -281,8 +282,6 @@ def empty_positions(answer_path: Path, answer_position: str) -> list[str]:
     no cell at all. The checker would compare nothing there, so any output would pass.
     An unreadable workbook is left to the other checks (returns []).
     """
-    from spreadrl.cells import parse_answer_position
-
     try:
         with zipfile.ZipFile(answer_path) as archive:
             parts = _sheet_parts(archive)
@@ -347,8 +346,6 @@ def load_tasks(root: str | Path, *, skip_bad: bool = False, validate: bool = Tru
             if task.id in seen:
                 raise TaskFormatError(f"{index_path}: duplicate task id {task.id!r}")
             if validate:
-                from spreadrl.cells import AnswerPositionError, parse_answer_position
-
                 try:
                     parse_answer_position(task.answer_position)
                 except AnswerPositionError as exc:

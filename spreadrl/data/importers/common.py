@@ -17,6 +17,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from spreadrl.cells import AnswerPositionError, parse_answer_position
 from spreadrl.data.task import (
     CELL_LEVEL,
     INSTRUCTION_TYPES,
@@ -141,8 +142,6 @@ def is_xlsx_bytes(data: bytes) -> bool:
 
 def check_answer_position(text: object, task_id: str, where: str) -> str:
     """The answer_position as given, after checking that it parses."""
-    from spreadrl.cells import AnswerPositionError, parse_answer_position
-
     if not isinstance(text, str) or not text.strip():
         raise TaskFormatError(f"{where}: task {task_id!r} has no answer_position")
     try:
@@ -178,8 +177,6 @@ def infer_instruction_type(answer_position: str) -> str:
     (``A:G``), or a multi-column block anchored at A1 (a whole table); anything
     else (single cells, a column of results) is cell-level.
     """
-    from spreadrl.cells import parse_answer_position
-
     references = parse_answer_position(answer_position)
     if len({sheet for sheet, _ in references}) > 1:
         return SHEET_LEVEL

@@ -20,6 +20,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
+from spreadrl.data.synth import aggregates, columns, sheets
 from spreadrl.data.synth.base import (
     DIFFICULTIES,
     CaseCheck,
@@ -34,8 +35,6 @@ log = logging.getLogger(__name__)
 
 
 def _collect() -> dict[str, Family]:
-    from spreadrl.data.synth import aggregates, columns, sheets
-
     families: dict[str, Family] = {}
     for module in (aggregates, columns, sheets):
         for family in module.FAMILIES:

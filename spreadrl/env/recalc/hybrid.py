@@ -40,6 +40,7 @@ from ironcalc import Model
 from spreadrl.cells import range_cells
 from spreadrl.env import recalc
 from spreadrl.env.recalc.excel_rules import UNKNOWN, function_calls, rewrite_formula
+from spreadrl.env.recalc.ironcalc_engine import _dump, save_model
 from spreadrl.env.recalc.libreoffice import LibreOfficeEngine, uno_python
 from spreadrl.env.recalc.xlsx_scan import XlsxScan, load_model, scan_xlsx
 from spreadrl.errors import SpreadrlError, WorkbookError
@@ -487,12 +488,8 @@ class HybridEngine:
     name = "hybrid"
 
     def recalculate(self, src: Path, dst: Path | None = None) -> None:
-        from spreadrl.env.recalc.ironcalc_engine import save_model
-
         src = Path(src)
         save_model(load_hybrid(src).model, Path(dst) if dst is not None else src)
 
     def evaluate(self, path: Path) -> dict[str, dict[str, object]]:
-        from spreadrl.env.recalc.ironcalc_engine import _dump
-
         return _dump(load_hybrid(Path(path)).model)

@@ -24,12 +24,11 @@ import tempfile
 import threading
 from functools import lru_cache
 from pathlib import Path
-from typing import TYPE_CHECKING
 
+from spreadrl.env import recalc
+from spreadrl.env.recalc.ironcalc_engine import read_cached
+from spreadrl.env.recalc.lo_service import ServiceClient, service_mode
 from spreadrl.errors import MissingDependencyError, WorkbookError
-
-if TYPE_CHECKING:
-    from spreadrl.env.recalc.lo_service import ServiceClient
 
 INSTALL_HINT = (
     "the 'libreoffice' recalculation engine needs LibreOffice's `soffice` on PATH "
@@ -204,9 +203,7 @@ class LibreOfficeEngine:
     def __init__(
         self, soffice: str | None = None, timeout_s: float = 120.0, persistent: bool | None = None
     ) -> None:
-        from spreadrl.env.recalc import find_soffice
-
-        binary = soffice or find_soffice()
+        binary = soffice or recalc.find_soffice()  # through the package: tests hide soffice
         if binary is None:
             raise MissingDependencyError(INSTALL_HINT)
         self.soffice = binary
@@ -219,8 +216,6 @@ class LibreOfficeEngine:
             )
         self.server: LibreOfficeServer | ServiceClient | None = None
         if python:
-            from spreadrl.env.recalc.lo_service import ServiceClient, service_mode
-
             if service_mode() == "machine":
                 self.server = ServiceClient(binary, python, timeout_s)
             else:
@@ -277,8 +272,6 @@ class LibreOfficeEngine:
             os.replace(staged, dst)
 
     def evaluate(self, path: Path) -> dict[str, dict[str, object]]:
-        from spreadrl.env.recalc.ironcalc_engine import read_cached
-
         with tempfile.TemporaryDirectory(prefix="spreadrl-soffice-") as tmp:
             out = Path(tmp) / Path(path).name
             self.recalculate(Path(path), out)

@@ -25,7 +25,9 @@ from ironcalc import Model
 from openpyxl.styles.numbers import is_date_format, is_timedelta_format
 from openpyxl.utils.datetime import CALENDAR_MAC_1904, WINDOWS_EPOCH, from_excel
 
+from spreadrl.env.recalc import get_engine
 from spreadrl.env.recalc.excel_text import fix_number_text, needs_fix
+from spreadrl.env.recalc.hybrid import load_hybrid
 from spreadrl.env.recalc.xlsx_scan import load_model, scan_xlsx
 from spreadrl.errors import WorkbookError
 
@@ -180,8 +182,6 @@ def load_values(
     scan = scan_xlsx(path)
     needs = scan.uncached_formulas if recalc is None else recalc
     if needs and engine == "hybrid":
-        from spreadrl.env.recalc.hybrid import load_hybrid
-
         result = load_hybrid(path, scan)
         return WorkbookValues(
             path=path,
@@ -196,8 +196,6 @@ def load_values(
     source = path
     tmpdir = None
     if needs and engine != "ironcalc":
-        from spreadrl.env.recalc import get_engine
-
         tmpdir = tempfile.TemporaryDirectory(prefix="spreadrl-recalc-")
         source = Path(tmpdir.name) / path.name
         get_engine(engine).recalculate(path, source)
