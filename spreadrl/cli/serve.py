@@ -6,6 +6,8 @@ from pathlib import Path
 
 import typer
 
+from spreadrl.errors import MissingDependencyError, SpreadrlError
+
 EXAMPLES = """
 Examples:
 
@@ -64,14 +66,13 @@ def serve(
 ) -> None:
     import logging
 
-    from spreadrl.errors import MissingDependencyError, SpreadrlError
-
     if backend not in ("hf", "vllm"):
         raise SpreadrlError(f"--backend must be hf or vllm, got {backend!r}")
     try:
         import uvicorn
 
         from spreadrl.serve.app import create_app
+        from spreadrl.serve.limits import close_policy
     except ImportError as exc:
         raise MissingDependencyError(
             f"spreadrl serve needs FastAPI and uvicorn ({exc.name} is missing): "
@@ -92,19 +93,23 @@ def serve(
         preset=preset,
         env_workers=env_workers,
     )
-    policy, tokenizer = load_policy(backend, model, device=device, max_model_len=max_model_len)
     if view is not None and not view.is_dir():
         raise SpreadrlError(f"--view {view}: not a folder; pass a run folder such as runs/demo")
-    app = create_app(settings, policy, tokenizer, work_dir=work_dir, view_dir=view)
-    # uvicorn's own shutdown: on SIGINT/SIGTERM it stops accepting, finishes in-flight requests
-    # (up to timeout_graceful_shutdown), then runs the app's lifespan exit.
-    uvicorn.run(
-        app,
-        host=host,
-        port=port,
-        log_level=log_level,
-        timeout_graceful_shutdown=int(timeout) + 5,
-    )
+    policy, tokenizer = load_policy(backend, model, device=device, max_model_len=max_model_len)
+    try:
+        app = create_app(settings, policy, tokenizer, work_dir=work_dir, view_dir=view)
+        # uvicorn's own shutdown: on SIGINT/SIGTERM it stops accepting, finishes in-flight
+        # requests (up to timeout_graceful_shutdown), then runs the app's lifespan exit,
+        # which stops the engine; then it re-raises the signal, so no exit handler runs.
+        uvicorn.run(
+            app,
+            host=host,
+            port=port,
+            log_level=log_level,
+            timeout_graceful_shutdown=int(timeout) + 5,
+        )
+    finally:  # also when the app never started (a taken port): vLLM's processes stop here
+        close_policy(policy)
 
 
 serve.__doc__ = (

@@ -406,6 +406,15 @@ class VLLMPolicy:
         """Drop cached KV computed with old weights."""
         self.llm.reset_prefix_cache()
 
+    def close(self) -> None:
+        """Stop the engine's processes (EngineCore and its workers) now; safe to repeat.
+
+        ``vllm.LLM`` has no close: its engine client stops them from a weakref
+        finalizer, which runs at a normal interpreter exit but not when the process
+        dies of a signal, as ``spreadrl serve`` does on SIGTERM (uvicorn re-raises it
+        after its graceful shutdown), which left the engine's processes orphaned."""
+        self.llm.llm_engine.engine_core.shutdown()
+
 
 def _turn(output: Any) -> PolicyTurn:
     """A PolicyTurn from a finished vLLM RequestOutput: sampled ids with their log-probs.

@@ -17,6 +17,11 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
+from transformers import PreTrainedTokenizerBase
+
+from spreadrl.rollout.chat import chat_format, render_prompt_ids
+from spreadrl.rollout.parsing import parse_assistant_turn
+from spreadrl.rollout.policy import TokenPolicy
 from spreadrl.rollout.types import SamplingParams
 from spreadrl.serve.schemas import ChatCompletionRequest
 
@@ -44,7 +49,7 @@ def to_template_messages(request: ChatCompletionRequest) -> list[dict[str, Any]]
         if message.tool_calls:
             calls = []
             for call in message.tool_calls:
-                args: Any = call.function.arguments
+                args: object = call.function.arguments
                 if isinstance(args, str):
                     # arguments that are not JSON are rendered verbatim, as the model wrote them
                     with contextlib.suppress(json.JSONDecodeError):
@@ -71,12 +76,12 @@ def sampling_for(request: ChatCompletionRequest, max_tokens: int) -> SamplingPar
 
 
 def complete(
-    policy: Any, tokenizer: Any, request: ChatCompletionRequest, max_tokens: int
+    policy: TokenPolicy,
+    tokenizer: PreTrainedTokenizerBase,
+    request: ChatCompletionRequest,
+    max_tokens: int,
 ) -> Completion:
     """Generate one assistant turn for ``request`` (blocking; run it in a worker thread)."""
-    from spreadrl.rollout.chat import chat_format, render_prompt_ids
-    from spreadrl.rollout.parsing import parse_assistant_turn
-
     fmt = chat_format(tokenizer)
 
     tools = [t.model_dump() for t in request.tools] if request.tools else None
@@ -148,7 +153,7 @@ def stream_chunks(done: Completion, model: str, piece_chars: int = 16) -> Iterat
     ident = f"chatcmpl-{uuid.uuid4().hex[:24]}"
     created = int(time.time())
 
-    def event(delta: dict[str, Any], finish: str | None = None, **extra: Any) -> str:
+    def event(delta: dict[str, Any], finish: str | None = None, **extra: dict[str, int]) -> str:
         chunk = {
             "id": ident,
             "object": "chat.completion.chunk",

@@ -16,13 +16,14 @@ import threading
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from pathlib import Path
-from typing import Any
 
 from fastapi import FastAPI
 from fastapi.exceptions import RequestValidationError
 from starlette.exceptions import HTTPException as StarletteHTTPException
+from transformers import PreTrainedTokenizerBase
 
 from spreadrl.errors import SpreadrlError
+from spreadrl.rollout.policy import TokenPolicy
 from spreadrl.serve import routes
 from spreadrl.serve.limits import (
     Admission,
@@ -35,13 +36,16 @@ from spreadrl.serve.limits import (
 from spreadrl.serve.routes import Served
 from spreadrl.serve.schemas import ServeSettings
 from spreadrl.serve.tasks import PoolFactory, ProgressStore, TaskStore, gym_pool_factory
+from spreadrl.serve.view import assets_router, mount_viewer
 
 log = logging.getLogger(__name__)
 
 
 @asynccontextmanager
 async def lifespan(app: FastAPI) -> AsyncIterator[None]:
-    """Make the task store's folder at start; at shutdown wait for running work, then remove it."""
+    """Make the task store's folder at start; at shutdown wait for running work, stop the
+    policy's engine (vLLM's processes would outlive a server ended by SIGTERM), then
+    remove the folder."""
     served: Served = app.state.served
     tmp = None
     if served.work_dir is None:
@@ -55,14 +59,17 @@ async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         yield
     finally:  # uvicorn has finished in-flight requests by now; wait for their threads
         served.admission.shutdown()
-        if tmp is not None:
-            tmp.cleanup()
+        try:
+            served.policy.close()
+        finally:
+            if tmp is not None:
+                tmp.cleanup()
 
 
 def create_app(
     settings: ServeSettings,
-    policy: Any,
-    tokenizer: Any,
+    policy: TokenPolicy,
+    tokenizer: PreTrainedTokenizerBase | None,
     *,
     pool_factory: PoolFactory | None = None,
     work_dir: str | Path | None = None,
@@ -106,10 +113,8 @@ def create_app(
     app.add_exception_handler(RequestValidationError, routes.bad_request)
     app.add_exception_handler(StarletteHTTPException, routes.http_error)
 
-    from spreadrl.serve.view import assets_router, view_router
-
-    app.include_router(assets_router())  # the page's shared trajectory component
+    app.include_router(assets_router)  # the page's shared trajectory component
     if view_dir is not None:
-        app.include_router(view_router(view_dir))
+        mount_viewer(app, view_dir)
     app.include_router(routes.router)
     return app

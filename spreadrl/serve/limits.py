@@ -12,17 +12,24 @@ busy threads honest.
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import contextlib
+import json
 import threading
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
-from typing import Any, TypeVar
+from typing import Any, TypeVar, TypeVarTuple
 
 from starlette.exceptions import HTTPException
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+from spreadrl.rollout.policy import TokenPolicy
+from spreadrl.rollout.types import PolicyTurn, SamplingParams
 
 T = TypeVar("T")
+Ts = TypeVarTuple("Ts")
 
 
 class Overloaded(Exception):
@@ -63,7 +70,7 @@ class Admission:
             self._sem = asyncio.Semaphore(self.max_concurrency)
         return self._sem
 
-    async def run(self, timeout_s: float, fn: Callable[..., T], *args: Any) -> T:
+    async def run(self, timeout_s: float, fn: Callable[[*Ts], T], *args: *Ts) -> T:
         """Run ``fn(*args)`` in the pool once a slot is free; raise Overloaded or DeadlineExceeded.
 
         One deadline covers the wait for a slot and the work itself.
@@ -78,7 +85,7 @@ class Admission:
         finally:
             expired.cancel()
 
-    async def _acquire(self, sem: asyncio.Semaphore, expired: asyncio.Future[Any]) -> None:
+    async def _acquire(self, sem: asyncio.Semaphore, expired: asyncio.Future[object]) -> None:
         self.waiting += 1
         acquire = asyncio.ensure_future(sem.acquire())
         try:
@@ -93,12 +100,16 @@ class Admission:
             raise DeadlineExceeded
 
     async def _work(
-        self, sem: asyncio.Semaphore, expired: asyncio.Future[Any], fn: Callable[..., T], *args: Any
+        self,
+        sem: asyncio.Semaphore,
+        expired: asyncio.Future[object],
+        fn: Callable[[*Ts], T],
+        *args: *Ts,
     ) -> T:
         self.running += 1
         loop = asyncio.get_running_loop()
 
-        def release(_: Any) -> None:
+        def release(_: concurrent.futures.Future[T]) -> None:
             def done() -> None:
                 self.running -= 1
                 sem.release()
@@ -129,18 +140,18 @@ class Admission:
         self.executor.shutdown(wait=True, cancel_futures=True)
 
 
-def _give_up_slot(acquire: asyncio.Future[Any], sem: asyncio.Semaphore) -> None:
+def _give_up_slot(acquire: asyncio.Future[bool], sem: asyncio.Semaphore) -> None:
     """Cancel a wait for a slot; if the slot was granted all the same, hand it back."""
     acquire.cancel()
 
-    def settle(future: asyncio.Future[Any]) -> None:
+    def settle(future: asyncio.Future[bool]) -> None:
         if not future.cancelled() and future.exception() is None:
             sem.release()
 
     acquire.add_done_callback(settle)
 
 
-def _consume(future: asyncio.Future[Any]) -> None:
+def _consume(future: asyncio.Future[T]) -> None:
     """Read an abandoned request's outcome so asyncio does not log it as never retrieved."""
     if not future.cancelled():
         future.exception()
@@ -149,14 +160,28 @@ def _consume(future: asyncio.Future[Any]) -> None:
 class LockedPolicy:
     """A policy whose ``act`` runs one call at a time: one model, many request threads."""
 
-    def __init__(self, policy: Any, lock: threading.Lock) -> None:
+    def __init__(self, policy: TokenPolicy, lock: threading.Lock) -> None:
         self._policy = policy
         self._lock = lock
         self.token_level = bool(getattr(policy, "token_level", False))
 
-    def act(self, contexts: Any, params: Any) -> Any:
+    def act(self, contexts: Sequence[Sequence[int]], params: SamplingParams) -> list[PolicyTurn]:
         with self._lock:
             return self._policy.act(contexts, params)
+
+    def close(self) -> None:
+        """Stop the policy's engine processes, if it has any (:func:`close_policy`)."""
+        with self._lock:
+            close_policy(self._policy)
+
+
+def close_policy(policy: object) -> None:
+    """Stop what ``policy`` runs beside this process (vLLM's engine processes), if it
+    runs anything: a policy that does has ``close()``, safe to call twice (hf's has
+    nothing to stop, and no ``close``)."""
+    close = getattr(policy, "close", None)
+    if close is not None:
+        close()
 
 
 @dataclass
@@ -252,11 +277,11 @@ class RequestMetrics:
     body-limit error in an ExceptionGroup and turn the 413 into a 400.
     """
 
-    def __init__(self, app: Any, metrics: Metrics) -> None:
+    def __init__(self, app: ASGIApp, metrics: Metrics) -> None:
         self.app = app
         self.metrics = metrics
 
-    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
@@ -264,7 +289,7 @@ class RequestMetrics:
         status = 500
         self.metrics.http_in_flight += 1
 
-        async def tracking_send(message: Any) -> None:
+        async def tracking_send(message: Message) -> None:
             nonlocal status
             if message["type"] == "http.response.start":
                 status = int(message["status"])
@@ -298,11 +323,11 @@ def too_large_message(max_bytes: int) -> str:
 class BodySizeLimit:
     """ASGI middleware: 413 for a body over ``max_bytes``, by header or by counting a chunked body."""
 
-    def __init__(self, app: Any, max_bytes: int) -> None:
+    def __init__(self, app: ASGIApp, max_bytes: int) -> None:
         self.app = app
         self.max_bytes = max_bytes
 
-    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
@@ -314,7 +339,7 @@ class BodySizeLimit:
         seen = 0
         started = False
 
-        async def limited_receive() -> Any:
+        async def limited_receive() -> Message:
             nonlocal seen
             message = await receive()
             if message["type"] == "http.request":
@@ -323,7 +348,7 @@ class BodySizeLimit:
                     raise BodyTooLarge(self.max_bytes)
             return message
 
-        async def tracking_send(message: Any) -> None:
+        async def tracking_send(message: Message) -> None:
             nonlocal started
             if message["type"] == "http.response.start":
                 started = True
@@ -335,9 +360,7 @@ class BodySizeLimit:
             if not started:
                 await self._reject(send)
 
-    async def _reject(self, send: Any) -> None:
-        import json
-
+    async def _reject(self, send: Send) -> None:
         body = json.dumps(
             {
                 "error": {

@@ -9,9 +9,10 @@ builder's local variables.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Annotated, Any, TypeVar, TypeVarTuple
 
 from fastapi import APIRouter, Depends, File, Form, Request, UploadFile
 from fastapi.exceptions import RequestValidationError
@@ -23,6 +24,7 @@ from fastapi.responses import (
     StreamingResponse,
 )
 from starlette.exceptions import HTTPException as StarletteHTTPException
+from transformers import PreTrainedTokenizerBase
 
 from spreadrl.errors import SpreadrlError
 from spreadrl.serve import agent
@@ -51,7 +53,7 @@ class Served:
     admission: Admission
     metrics: Metrics
     policy: LockedPolicy
-    tokenizer: Any
+    tokenizer: PreTrainedTokenizerBase
     pool_factory: PoolFactory
     progress: ProgressStore
     work_dir: Path | None
@@ -65,6 +67,9 @@ def _served(request: Request) -> Served:
 ServedDep = Annotated[Served, Depends(_served)]
 
 router = APIRouter()
+
+T = TypeVar("T")
+Ts = TypeVarTuple("Ts")
 
 
 def error(status: int, message: str, kind: str, code: str | None = None) -> JSONResponse:
@@ -96,8 +101,9 @@ async def http_error(request: Request, exc: StarletteHTTPException) -> JSONRespo
     return error(exc.status_code, str(exc.detail), "http_error", code)
 
 
-async def admitted(served: Served, fn: Any, *args: Any) -> Any:
-    """Run blocking work under the concurrency limit; map overload and timeout to errors."""
+async def admitted(served: Served, fn: Callable[[*Ts], T], *args: *Ts) -> T | JSONResponse:
+    """Run blocking work under the concurrency limit; map overload and timeout to errors
+    (the error response is returned, so a handler passes it on as it is)."""
     settings = served.settings
     try:
         return await served.admission.run(settings.timeout_s, fn, *args)
@@ -145,8 +151,10 @@ async def health(served: ServedDep) -> dict[str, Any]:
     }
 
 
-@router.get("/metrics")
-async def get_metrics(served: ServedDep, format: str = "json") -> Any:
+@router.get("/metrics", response_model=None)
+async def get_metrics(
+    served: ServedDep, format: str = "json"
+) -> PlainTextResponse | dict[str, Any]:
     if format == "prometheus":
         return PlainTextResponse(
             served.metrics.prometheus(), media_type="text/plain; version=0.0.4"
@@ -169,8 +177,10 @@ async def models(served: ServedDep) -> dict[str, Any]:
     }
 
 
-@router.post("/v1/chat/completions")
-async def chat(body: ChatCompletionRequest, served: ServedDep) -> Any:
+@router.post("/v1/chat/completions", response_model=None)
+async def chat(
+    body: ChatCompletionRequest, served: ServedDep
+) -> JSONResponse | StreamingResponse | dict[str, Any]:
     settings = served.settings
     max_tokens = body.max_completion_tokens or body.max_tokens or settings.default_max_tokens
     if (refused := _too_many_tokens(max_tokens, settings)) is not None:
@@ -197,7 +207,7 @@ async def chat(body: ChatCompletionRequest, served: ServedDep) -> Any:
     return agent.completion_body(result, settings.model_name)
 
 
-@router.post("/v1/tasks")
+@router.post("/v1/tasks", response_model=None)
 async def tasks(
     served: ServedDep,
     file: UploadFile = File(..., description="the .xlsx workbook to edit"),
@@ -213,7 +223,7 @@ async def tasks(
     progress_id: str | None = Form(
         default=None, description="8-32 hex digits; poll GET /v1/tasks/progress/{id}"
     ),
-) -> Any:
+) -> JSONResponse | dict[str, Any]:
     settings = served.settings
     max_tokens = settings.default_max_tokens if max_tokens is None else max_tokens
     if (refused := _too_many_tokens(max_tokens, settings)) is not None:
@@ -232,7 +242,7 @@ async def tasks(
         max_tokens=max_tokens,
         timeout_s=settings.timeout_s,
     )
-    result: Any = None
+    result: dict[str, Any] | JSONResponse | None = None
     try:
         result = await admitted(
             served,
@@ -254,16 +264,16 @@ async def tasks(
     return result
 
 
-@router.get("/v1/tasks/progress/{progress_id}")
-async def task_progress(progress_id: str, served: ServedDep) -> Any:
+@router.get("/v1/tasks/progress/{progress_id}", response_model=None)
+async def task_progress(progress_id: str, served: ServedDep) -> JSONResponse | dict[str, Any]:
     record = served.progress.get(progress_id)
     if record is None:
         return error(404, f"no task with progress id {progress_id!r}", "not_found", "no_progress")
     return record.snapshot()
 
 
-@router.get("/v1/tasks/{task_id}/output.xlsx")
-async def task_output(task_id: str, served: ServedDep) -> Any:
+@router.get("/v1/tasks/{task_id}/output.xlsx", response_model=None)
+async def task_output(task_id: str, served: ServedDep) -> JSONResponse | FileResponse:
     path = served.store.output_path(task_id) if served.store is not None else None
     if path is None:
         return error(404, f"no finished workbook for task {task_id!r}", "not_found", "no_output")

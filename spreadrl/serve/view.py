@@ -10,20 +10,22 @@ and ``report.json`` (eval), in RUN_DIR and in its sub-folders (the demo's
 
 Everything is read-only and scoped to RUN_DIR: a run is named by its folder
 path relative to RUN_DIR and looked up among the folders found, never joined
-from user input. ``view_router`` is mounted by ``spreadrl view`` and by
+from user input. :func:`mount_viewer` mounts ``view_router`` (module-level
+handlers, which read RUN_DIR from ``app.state``) for ``spreadrl view`` and for
 ``spreadrl serve --view RUN_DIR``; the static files come from
-:func:`assets_router`, shared with the serve page.
+``assets_router``, shared with the serve page.
 """
 
 from __future__ import annotations
 
+import functools
 import json
 import logging
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any
 
-from fastapi import APIRouter, HTTPException, Query
-from fastapi.responses import FileResponse, HTMLResponse
+from fastapi import APIRouter, Depends, FastAPI, HTTPException, Query, Request
+from fastapi.responses import FileResponse, HTMLResponse, RedirectResponse
 
 log = logging.getLogger(__name__)
 
@@ -134,105 +136,122 @@ def filter_trajectories(
     return out
 
 
-def assets_router() -> APIRouter:
-    """``GET /static/{name}``: the page assets (uPlot, the shared trajectory component)."""
-    router = APIRouter()
-    files = {
-        p.relative_to(ASSETS).as_posix(): p for p in ASSETS.rglob("*") if p.is_file()
-    }  # a fixed list: a request can only name one of these
-
-    @router.get("/static/{name:path}", include_in_schema=False)
-    async def static(name: str) -> FileResponse:
-        path = files.get(name)
-        if path is None:
-            raise HTTPException(404, f"no static file {name!r}")
-        return FileResponse(path, media_type=_TYPES.get(path.suffix, "application/octet-stream"))
-
-    return router
+@functools.cache
+def _asset_files() -> dict[str, Path]:
+    """The page assets by path: a fixed list, so a request can only name one of these."""
+    return {p.relative_to(ASSETS).as_posix(): p for p in ASSETS.rglob("*") if p.is_file()}
 
 
-def view_router(root: str | Path, prefix: str = "/view") -> APIRouter:
-    """The viewer's page and JSON API over the runs found in ``root``."""
-    root = Path(root)
-    router = APIRouter(prefix=prefix)
-
-    def run_folder(run: str) -> Path:
-        runs = find_runs(root)  # rescanned: a run in progress gains files
-        if run not in runs:
-            known = ", ".join(runs) or "none"
-            raise HTTPException(404, f"no run {run!r} under {root}; runs: {known}")
-        return runs[run]
-
-    @router.get("/", response_class=HTMLResponse, include_in_schema=False)
-    async def page() -> HTMLResponse:
-        return HTMLResponse((ASSETS / "viewer.html").read_text())
-
-    @router.get("/api/runs")
-    async def runs() -> dict[str, Any]:
-        out = []
-        for name, folder in find_runs(root).items():
-            files = {f: (folder / f).is_file() for f in RUN_FILES}
-            report = folder / "report.json"
-            # reports are offered oldest first: the demo's "before" eval, then "after"
-            mtime = report.stat().st_mtime if files["report.json"] else None
-            out.append({"name": name, **files, "report_mtime": mtime})
-        return {"root": str(root.resolve()), "runs": out}
-
-    @router.get("/api/metrics")
-    async def metrics(run: str) -> dict[str, Any]:
-        return {"run": run, "rows": read_jsonl(run_folder(run) / "metrics.jsonl")}
-
-    @router.get("/api/report")
-    async def report(run: str) -> dict[str, Any]:
-        path = run_folder(run) / "report.json"
-        if not path.is_file():
-            raise HTTPException(404, f"run {run!r} has no report.json")
-        try:
-            return {"run": run, "report": json.loads(path.read_text())}
-        except json.JSONDecodeError as exc:
-            raise HTTPException(422, f"{path}: not valid JSON ({exc})") from exc
-
-    @router.get("/api/trajectories")
-    async def trajectories(
-        run: str,
-        step: int | None = None,
-        task: str | None = None,
-        min_reward: float | None = None,
-        max_reward: float | None = None,
-        passed: bool | None = None,
-    ) -> dict[str, Any]:
-        rows = read_jsonl(run_folder(run) / "trajectories.jsonl")
-        items = filter_trajectories(rows, step, task, min_reward, max_reward, passed)
-        steps = sorted({r["step"] for r in rows if isinstance(r.get("step"), int)})
-        return {
-            "run": run,
-            "total": len(rows),
-            "matched": len(items),
-            "steps": steps,
-            "items": items[:MAX_LIST],
-        }
-
-    @router.get("/api/trajectory")
-    async def trajectory(run: str, index: int = Query(..., ge=0)) -> dict[str, Any]:
-        rows = read_jsonl(run_folder(run) / "trajectories.jsonl")
-        if index >= len(rows):
-            raise HTTPException(404, f"run {run!r} has {len(rows)} trajectories, no #{index}")
-        return {"run": run, "index": index, "trajectory": rows[index]}
-
-    return router
+assets_router = APIRouter()
+"""``GET /static/{name}``: the page assets (uPlot, the shared trajectory component)."""
 
 
-def create_view_app(root: str | Path) -> Any:
+@assets_router.get("/static/{name:path}", include_in_schema=False)
+async def static(name: str) -> FileResponse:
+    path = _asset_files().get(name)
+    if path is None:
+        raise HTTPException(404, f"no static file {name!r}")
+    return FileResponse(path, media_type=_TYPES.get(path.suffix, "application/octet-stream"))
+
+
+view_router = APIRouter()
+"""The viewer's page and JSON API; :func:`mount_viewer` mounts it over a run folder."""
+
+
+def mount_viewer(app: FastAPI, root: str | Path, prefix: str = "/view") -> None:
+    """Serve the viewer over the runs found in ``root`` at ``prefix`` (``spreadrl view``,
+    ``spreadrl serve --view``); the handlers read ``root`` from ``app.state``."""
+    app.state.view_root = Path(root)
+    app.include_router(view_router, prefix=prefix)
+
+
+def _view_root(request: Request) -> Path:
+    return request.app.state.view_root
+
+
+RootDep = Annotated[Path, Depends(_view_root)]
+
+
+def run_folder(root: Path, run: str) -> Path:
+    """The folder of run ``run`` (a name :func:`find_runs` gave), looked up, never joined."""
+    runs = find_runs(root)  # rescanned: a run in progress gains files
+    if run not in runs:
+        known = ", ".join(runs) or "none"
+        raise HTTPException(404, f"no run {run!r} under {root}; runs: {known}")
+    return runs[run]
+
+
+@view_router.get("/", response_class=HTMLResponse, include_in_schema=False)
+async def page() -> HTMLResponse:
+    return HTMLResponse((ASSETS / "viewer.html").read_text())
+
+
+@view_router.get("/api/runs")
+async def runs(root: RootDep) -> dict[str, Any]:
+    out = []
+    for name, folder in find_runs(root).items():
+        files = {f: (folder / f).is_file() for f in RUN_FILES}
+        report = folder / "report.json"
+        # reports are offered oldest first: the demo's "before" eval, then "after"
+        mtime = report.stat().st_mtime if files["report.json"] else None
+        out.append({"name": name, **files, "report_mtime": mtime})
+    return {"root": str(root.resolve()), "runs": out}
+
+
+@view_router.get("/api/metrics")
+async def metrics(run: str, root: RootDep) -> dict[str, Any]:
+    return {"run": run, "rows": read_jsonl(run_folder(root, run) / "metrics.jsonl")}
+
+
+@view_router.get("/api/report")
+async def report(run: str, root: RootDep) -> dict[str, Any]:
+    path = run_folder(root, run) / "report.json"
+    if not path.is_file():
+        raise HTTPException(404, f"run {run!r} has no report.json")
+    try:
+        return {"run": run, "report": json.loads(path.read_text())}
+    except json.JSONDecodeError as exc:
+        raise HTTPException(422, f"{path}: not valid JSON ({exc})") from exc
+
+
+@view_router.get("/api/trajectories")
+async def trajectories(
+    run: str,
+    root: RootDep,
+    step: int | None = None,
+    task: str | None = None,
+    min_reward: float | None = None,
+    max_reward: float | None = None,
+    passed: bool | None = None,
+) -> dict[str, Any]:
+    rows = read_jsonl(run_folder(root, run) / "trajectories.jsonl")
+    items = filter_trajectories(rows, step, task, min_reward, max_reward, passed)
+    steps = sorted({r["step"] for r in rows if isinstance(r.get("step"), int)})
+    return {
+        "run": run,
+        "total": len(rows),
+        "matched": len(items),
+        "steps": steps,
+        "items": items[:MAX_LIST],
+    }
+
+
+@view_router.get("/api/trajectory")
+async def trajectory(run: str, root: RootDep, index: int = Query(..., ge=0)) -> dict[str, Any]:
+    rows = read_jsonl(run_folder(root, run) / "trajectories.jsonl")
+    if index >= len(rows):
+        raise HTTPException(404, f"run {run!r} has {len(rows)} trajectories, no #{index}")
+    return {"run": run, "index": index, "trajectory": rows[index]}
+
+
+async def to_viewer() -> RedirectResponse:
+    return RedirectResponse("/view/")
+
+
+def create_view_app(root: str | Path) -> FastAPI:
     """A FastAPI app with only the viewer (``spreadrl view``); ``/`` redirects to it."""
-    from fastapi import FastAPI
-    from fastapi.responses import RedirectResponse
-
     app = FastAPI(title="spreadrl view", version="1")
-    app.include_router(assets_router())
-    app.include_router(view_router(root))
-
-    @app.get("/", include_in_schema=False)
-    async def index() -> RedirectResponse:
-        return RedirectResponse("/view/")
-
+    app.include_router(assets_router)
+    mount_viewer(app, root)
+    app.add_api_route("/", to_viewer, methods=["GET"], include_in_schema=False)
     return app

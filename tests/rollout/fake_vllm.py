@@ -185,6 +185,19 @@ class RequestOutput:
         self.finished = finished
 
 
+class EngineCoreClient:
+    """``LLMEngine.engine_core``: the client of the engine's processes. ``shutdown`` stops
+    them (vLLM's is idempotent too); ``shutdowns`` counts the calls."""
+
+    def __init__(self) -> None:
+        self.shutdowns = 0
+        self.dead = False
+
+    def shutdown(self, timeout: float | None = None) -> None:
+        self.shutdowns += 1
+        self.dead = True
+
+
 class LLMEngine:
     """add_request, then step() until has_unfinished_requests() is False.
 
@@ -200,6 +213,7 @@ class LLMEngine:
 
     def __init__(self, llm: FakeLLM) -> None:
         self.llm = llm
+        self.engine_core = EngineCoreClient()
         self.queue: list[tuple[str, list[int], SamplingParams]] = []
         self.params: list[SamplingParams] = []
         self.hang: set[str] = set()
@@ -354,6 +368,8 @@ class FakeLLM:
         return finish_like_vllm(ids, [-0.25] * len(ids), params, eos=self.EOS)
 
     def check_awake(self) -> None:
+        if self.llm_engine.engine_core.dead:  # vLLM raises EngineDeadError
+            raise RuntimeError("generation after the engine was shut down")
         if self.asleep:
             raise RuntimeError(f"generation while {sorted(self.asleep)} asleep")
 

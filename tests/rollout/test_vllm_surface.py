@@ -35,6 +35,7 @@ FAKE_CALLABLES = [
     (fake.LLMEngine.step, "LLMEngine.step"),
     (fake.LLMEngine.has_unfinished_requests, "LLMEngine.has_unfinished_requests"),
     (fake.LLMEngine.abort_request, "LLMEngine.abort_request"),
+    (fake.EngineCoreClient.shutdown, "EngineCoreClient.shutdown"),
     (fake.SamplingParams.__init__, "SamplingParams"),
     (fake.RequestOutput.__init__, "RequestOutput"),
     (fake.CompletionOutput, "CompletionOutput"),
@@ -69,6 +70,8 @@ def test_fake_classes_have_only_recorded_members():
     )
     source_members = {n for n in vars(fake.WeightSource) if not n.startswith("_")}
     assert source_members == set(surface.SURFACE["WeightSource"].names)
+    engine = fake.LLMEngine(None)
+    assert [n for n in surface.SURFACE["LLMEngine.members"].names if not hasattr(engine, n)] == []
 
 
 def test_the_fake_ipc_trainer_has_the_recorded_members(monkeypatch):

@@ -221,3 +221,29 @@ def test_page_has_the_upload_form(client):
     assert r.headers["content-type"].startswith("text/html")
     for needle in ('id="file"', 'id="instruction"', "/v1/tasks", 'id="download"'):
         assert needle in r.text
+
+
+class EnginePolicy:
+    """A policy that runs an engine beside the server (as vLLM's does): ``close()`` stops it."""
+
+    token_level = True
+
+    def __init__(self, policy) -> None:
+        self.policy = policy
+        self.closed = 0
+
+    def act(self, contexts, params):
+        assert not self.closed, "generation after the engine was stopped"
+        return self.policy.act(contexts, params)
+
+    def close(self) -> None:
+        self.closed += 1
+
+
+def test_shutdown_stops_the_policys_engine(app_factory, tiny_policy):
+    policy = EnginePolicy(tiny_policy[0])
+    body = {"messages": [{"role": "user", "content": "hi"}], "max_tokens": 2}
+    with TestClient(app_factory(policy=policy)) as client:
+        assert client.post("/v1/chat/completions", json=body).status_code == 200
+        assert policy.closed == 0  # serving: the engine runs
+    assert policy.closed == 1  # the lifespan's exit stopped it, once

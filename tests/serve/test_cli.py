@@ -111,4 +111,7 @@ def test_serve_on_vllm_passes_the_context_to_the_engine(tiny_model_dir, monkeypa
     result = CliRunner().invoke(app, [*args, "--max-model-len", "16384"])
     assert result.exit_code == 0, result.output
     assert started == [8123]
-    assert fake_vllm.FakeLLM.instances[-1].kwargs["max_model_len"] == 16384
+    llm = fake_vllm.FakeLLM.instances[-1]
+    assert llm.kwargs["max_model_len"] == 16384
+    # the engine's processes are stopped when the server returns (here it never started)
+    assert llm.llm_engine.engine_core.shutdowns >= 1

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 from fastapi.testclient import TestClient
 
-from spreadrl.serve.view import view_router
 from tests.serve.conftest import make_settings, xlsx_bytes
 from tests.serve.fakes import ScriptedPolicy, tool_call, workbook_pool_factory
 from tests.serve.viewer_run import build_run
@@ -60,4 +59,3 @@ def test_serve_mounts_the_viewer_when_given_a_run_folder(tiny_policy, tmp_path):
         names = [r["name"] for r in client.get("/view/api/runs").json()["runs"]]
         assert names == ["eval-grpo", "eval-sft", "grpo"]
         assert "spreadrl view" in client.get("/view/").text
-    assert view_router(run).prefix == "/view"

@@ -34,7 +34,5 @@ def qwen3_tiny(tmp_path_factory) -> Path:
 def close_engine(policy: Any) -> None:
     """Stop the engine's processes now rather than at interpreter exit, so the next
     module's engine has the machine's two cores to itself."""
-    engine_core = getattr(policy.llm.llm_engine, "engine_core", None)
-    if engine_core is not None:
-        engine_core.shutdown()
+    policy.close()
     gc.collect()

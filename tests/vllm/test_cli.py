@@ -5,15 +5,18 @@ what lets vLLM spawn its engine), serve driven by the real ``openai`` client.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shutil
+import signal
 import socket
 import subprocess
 import sys
 import time
 from pathlib import Path
 
+import psutil
 import pytest
 
 pytestmark = pytest.mark.vllm
@@ -72,16 +75,22 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
-@pytest.fixture(scope="module")
-def server(qwen3_tiny, tmp_path_factory):
+def _start_serve(model: Path, log: Path) -> tuple[subprocess.Popen, str]:
+    """``spreadrl serve --backend vllm`` in a process group of its own (so everything it
+    spawns can be found and killed), once its /health answers."""
     import httpx
 
     port = _free_port()
-    log = tmp_path_factory.mktemp("serve") / "serve.log"
-    args = ["serve", "--backend", "vllm", "--model", str(qwen3_tiny), "--port", str(port)]
+    args = ["serve", "--backend", "vllm", "--model", str(model), "--port", str(port)]
     args += ["--max-model-len", "4096", "--env-workers", "0", "--name", "tiny"]
     with log.open("w") as sink:
-        proc = subprocess.Popen(_spreadrl(*args), env=_env(), stdout=sink, stderr=subprocess.STDOUT)
+        proc = subprocess.Popen(
+            _spreadrl(*args),
+            env=_env(),
+            stdout=sink,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
     url = f"http://127.0.0.1:{port}"
     deadline = time.monotonic() + 600
     try:
@@ -90,17 +99,67 @@ def server(qwen3_tiny, tmp_path_factory):
             assert time.monotonic() < deadline, "serve did not come up in 600 s"
             try:
                 if httpx.get(f"{url}/health", timeout=2).status_code == 200:
-                    break
+                    return proc, url
             except httpx.HTTPError:
                 pass
             time.sleep(1)
+    except BaseException:
+        _kill_group(proc)
+        raise
+
+
+def _group(pgid: int) -> list[psutil.Process]:
+    """Every live process of the process group ``pgid`` (orphans keep their group)."""
+    found = []
+    for p in psutil.process_iter():
+        with contextlib.suppress(psutil.Error):
+            if os.getpgid(p.pid) == pgid and p.status() != psutil.STATUS_ZOMBIE:
+                found.append(p)
+    return found
+
+
+def _kill_group(proc: subprocess.Popen) -> None:
+    """SIGTERM serve, then SIGKILL whatever of its group is left: a test never leaves
+    an engine process behind, whatever serve did."""
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(proc.pid, signal.SIGTERM)
+    with contextlib.suppress(subprocess.TimeoutExpired):
+        proc.wait(timeout=60)
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(proc.pid, signal.SIGKILL)
+    proc.wait()
+
+
+@pytest.fixture(scope="module")
+def server(qwen3_tiny, tmp_path_factory):
+    proc, url = _start_serve(qwen3_tiny, tmp_path_factory.mktemp("serve") / "serve.log")
+    try:
         yield url
     finally:
-        proc.terminate()
-        try:
-            proc.wait(timeout=60)
-        except subprocess.TimeoutExpired:
-            proc.kill()
+        _kill_group(proc)
+
+
+def test_sigterm_stops_serve_and_its_engine_processes(qwen3_tiny, tmp_path):
+    log = tmp_path / "serve.log"
+    proc, _ = _start_serve(qwen3_tiny, log)
+    try:
+        engine = psutil.Process(proc.pid).children(recursive=True)
+        # vLLM's CPU build spawns its EngineCore (and it its worker): what must not outlive serve
+        assert engine, "serve --backend vllm started no engine process"
+        proc.send_signal(signal.SIGTERM)  # to serve alone, as systemd or a user's kill would
+        proc.wait(timeout=120)
+        # vLLM's shutdown waits up to 5 s for its processes, then kills them: once serve has
+        # exited, any engine process still running was orphaned (a bound, not a timing)
+        gone, alive = psutil.wait_procs(engine, timeout=30)
+        left = [f"{p.pid} {p.name()}" for p in alive] + [
+            f"{p.pid} {p.name()}" for p in _group(proc.pid) if p not in alive
+        ]
+        assert left == [], f"left running after SIGTERM: {left}\n{log.read_text()[-3000:]}"
+        # the graceful path, not a crash: uvicorn re-raises the SIGTERM it handled
+        assert proc.returncode == -signal.SIGTERM, log.read_text()[-3000:]
+        assert "Application shutdown complete" in log.read_text()
+    finally:
+        _kill_group(proc)
 
 
 def test_serve_with_the_vllm_backend_answers_the_openai_client(server):

@@ -166,6 +166,11 @@ SURFACE: dict[str, Entry] = {
     "LLMEngine.step": Params(_ENGINE, "LLMEngine.step"),
     "LLMEngine.has_unfinished_requests": Params(_ENGINE, "LLMEngine.has_unfinished_requests"),
     "LLMEngine.abort_request": Params(_ENGINE, "LLMEngine.abort_request", ("request_ids",)),
+    # -- stopping the engine's processes (VLLMPolicy.close; LLM has no close of its own)
+    "LLMEngine.members": Members(_ENGINE, "LLMEngine", ("engine_core",)),
+    "EngineCoreClient.shutdown": Params(
+        "vllm/v1/engine/core_client.py", "EngineCoreClient.shutdown", ("timeout",)
+    ),
     # -- sampling and outputs
     "SamplingParams": Members(
         "vllm/sampling_params.py",
