@@ -14,13 +14,16 @@ import difflib
 import types
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any, Literal, TypeVar, Union, get_args, get_origin, get_type_hints
+from typing import Any, Literal, TypeAlias, TypeVar, Union, get_args, get_origin, get_type_hints
 
 import yaml
 
 from spreadrl.errors import ConfigError
 
 T = TypeVar("T")
+
+YAMLValue: TypeAlias = "str | int | float | bool | None | list[YAMLValue] | dict[str, YAMLValue]"
+"""A config value as ``yaml.safe_load`` reads it: a scalar, a list or a mapping of them."""
 
 
 class Section:
@@ -36,8 +39,11 @@ class Section:
             validate()
 
 
-def option(default: Any, help: str, **kwargs: Any) -> Any:
-    """A dataclass field with help text (lists and dicts get a default factory)."""
+def option(default: T, help: str, **kwargs: bool) -> T:
+    """A dataclass field with help text (lists and dicts get a default factory).
+
+    Typed as its default, as :func:`dataclasses.field` is, so ``lr: float = option(1e-6, ...)``
+    reads as a float; ``kwargs`` are field's flags (``repr``, ``compare``, ...)."""
     if isinstance(default, list | dict):
         value = default
         return dataclasses.field(
@@ -46,12 +52,13 @@ def option(default: Any, help: str, **kwargs: Any) -> Any:
     return dataclasses.field(default=default, metadata={"help": help}, **kwargs)
 
 
-def section(cls: type, help: str) -> Any:
+def section(cls: type[T], help: str) -> T:
     """A nested config section with its own defaults."""
     return dataclasses.field(default_factory=cls, metadata={"help": help})
 
 
-def _type_name(tp: Any) -> str:
+def _type_name(tp: object) -> str:
+    """A type annotation as the error messages and docs spell it (``int | None``)."""
     origin = get_origin(tp)
     if origin is Literal:
         return " | ".join(repr(a) for a in get_args(tp))
@@ -65,7 +72,9 @@ def _type_name(tp: Any) -> str:
 _YAML_BOOLS = {True: ("on", "yes", "true"), False: ("off", "no", "false")}
 
 
-def _coerce(value: Any, tp: Any, path: str) -> Any:
+def _coerce(value: YAMLValue, tp: object, path: str) -> object:
+    """``value`` as the annotation ``tp`` wants it (a nested section built, a number from a
+    string, a tuple from a list), or a ConfigError naming ``path``."""
     origin = get_origin(tp)
     if tp is Any:
         return value
@@ -153,7 +162,7 @@ def _coerce(value: Any, tp: Any, path: str) -> Any:
     return value
 
 
-def from_dict(cls: type[T], data: dict[str, Any], path: str = "") -> T:
+def from_dict(cls: type[T], data: dict[str, YAMLValue], path: str = "") -> T:
     """Build dataclass ``cls`` from a mapping, checking keys and types recursively."""
     hints = get_type_hints(cls)
     fields = {f.name: f for f in dataclasses.fields(cls)}  # type: ignore[arg-type]
@@ -173,7 +182,7 @@ def from_dict(cls: type[T], data: dict[str, Any], path: str = "") -> T:
     return obj
 
 
-def _set_dotted(data: dict[str, Any], dotted: str, value: Any) -> None:
+def _set_dotted(data: dict[str, YAMLValue], dotted: str, value: YAMLValue) -> None:
     keys = dotted.split(".")
     node = data
     for key in keys[:-1]:
@@ -185,7 +194,7 @@ def _set_dotted(data: dict[str, Any], dotted: str, value: Any) -> None:
     node[keys[-1]] = value
 
 
-def parse_override(text: str) -> tuple[str, Any]:
+def parse_override(text: str) -> tuple[str, YAMLValue]:
     """``optim.lr=2e-6`` -> ("optim.lr", 2e-06); the value is read as YAML."""
     if "=" not in text:
         raise ConfigError(f"override {text!r} must look like key.path=value")
@@ -199,7 +208,7 @@ def parse_override(text: str) -> tuple[str, Any]:
 
 def load_config(cls: type[T], path: str | Path | None = None, overrides: Sequence[str] = ()) -> T:
     """Load ``cls`` from a YAML file (optional) plus dotted overrides."""
-    data: dict[str, Any] = {}
+    data: dict[str, YAMLValue] = {}
     if path is not None:
         file = Path(path)
         if not file.exists():
@@ -221,7 +230,7 @@ def load_config(cls: type[T], path: str | Path | None = None, overrides: Sequenc
         raise ConfigError(f"{where}{exc}") from exc
 
 
-def config_to_dict(obj: Any) -> Any:
+def config_to_dict(obj: object) -> YAMLValue:
     """Plain dicts, lists and scalars (tuples become lists, paths strings), for YAML/JSON."""
     if dataclasses.is_dataclass(obj):
         return {f.name: config_to_dict(getattr(obj, f.name)) for f in dataclasses.fields(obj)}
@@ -234,14 +243,14 @@ def config_to_dict(obj: Any) -> Any:
     return obj
 
 
-def dump_config(obj: Any) -> str:
+def dump_config(obj: object) -> str:
     """YAML that ``load_config`` reads back to an equal object."""
     return yaml.safe_dump(config_to_dict(obj), sort_keys=False)
 
 
-def describe_config(cls: type, prefix: str = "") -> list[tuple[str, str, Any, str]]:
+def describe_config(cls: type, prefix: str = "") -> list[tuple[str, str, object, str]]:
     """(key path, type, default, help) for every leaf field, for docs and --help."""
-    rows: list[tuple[str, str, Any, str]] = []
+    rows: list[tuple[str, str, object, str]] = []
     hints = get_type_hints(cls)
     for f in dataclasses.fields(cls):
         path = f"{prefix}{f.name}"

@@ -10,14 +10,32 @@ docs/benchmarks.md; nothing here is a test.
 
 from __future__ import annotations
 
+import functools
 import statistics
 import tempfile
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import typer
+from rich.console import Console
+from rich.table import Table
+
+from spreadrl.data.builtin import builtin_tasks
+from spreadrl.data.task import Task, TaskCase
+from spreadrl.env.config import EnvConfig
+from spreadrl.env.pool import EnvPool
+from spreadrl.env.sandbox import bwrap_problem
+from spreadrl.env.types import ToolCall
+from spreadrl.errors import SpreadrlError
+
+if TYPE_CHECKING:  # openpyxl and the gym load in ~1.6 s: not at `spreadrl --help` (cli.bench)
+    from openpyxl.worksheet.worksheet import Worksheet
+
+Episode = tuple[Task, int, list[dict[str, Any]]]
+"""A replayed episode: the task, its case index and the reference solution's tool calls."""
 
 
 def _pct(values: list[float], q: float) -> float:
@@ -25,11 +43,9 @@ def _pct(values: list[float], q: float) -> float:
     return ordered[min(int(q * len(ordered)), len(ordered) - 1)] * 1000 if ordered else 0.0
 
 
-def _one_sheet_task(root: Path, name: str, fill: Any) -> Any:
+def _one_sheet_task(root: Path, name: str, fill: Callable[[Worksheet], None]) -> Task:
     """A throwaway Task whose input is built by ``fill(ws)`` (answer = input)."""
     import openpyxl
-
-    from spreadrl.data.task import Task, TaskCase
 
     folder = root / name
     folder.mkdir(parents=True)
@@ -41,13 +57,13 @@ def _one_sheet_task(root: Path, name: str, fill: Any) -> Any:
     return Task(name, "bench", "Cell-Level Manipulation", "A1", (case,), folder)
 
 
-def _cells_1000(ws: Any) -> None:
+def _cells_1000(ws: Worksheet) -> None:
     ws.append([f"col{c}" for c in range(1, 11)])
     for r in range(2, 101):
         ws.append([r * c if c % 3 else f"item {r}-{c}" for c in range(1, 11)])
 
 
-def _formulas_10000(ws: Any) -> None:
+def _formulas_10000(ws: Worksheet) -> None:
     for r in range(1, 2001):
         ws.cell(r, 1, r)
         ws.cell(r, 2, f"=A{r}*2")
@@ -70,7 +86,6 @@ NON_CODE_CALLS = [
 
 
 def _probes(root: Path, repeats: int) -> dict[str, Any]:
-    from spreadrl.env.config import EnvConfig
     from spreadrl.env.episode import SpreadsheetEnv
 
     config = EnvConfig(max_tool_calls=100_000)
@@ -111,13 +126,10 @@ def _probes(root: Path, repeats: int) -> dict[str, Any]:
 
 
 def _sandbox_backend() -> str:
-    from spreadrl.env.sandbox import bwrap_problem
-
     return "bwrap" if bwrap_problem() is None else "rlimit"
 
 
-def _replay_inline(episodes: list[tuple[Any, int, list]]) -> dict[str, Any]:
-    from spreadrl.env.config import EnvConfig
+def _replay_inline(episodes: list[Episode]) -> dict[str, Any]:
     from spreadrl.env.episode import SpreadsheetEnv
 
     per_tool: dict[str, list[float]] = {}
@@ -136,14 +148,9 @@ def _replay_inline(episodes: list[tuple[Any, int, list]]) -> dict[str, Any]:
     return {"per_tool": per_tool, "finish": finish, "rewards": rewards, "wall_s": wall}
 
 
-def _replay_pool(episodes: list[tuple[Any, int, list]], workers: int) -> tuple[float, list[float]]:
+def _replay_pool(episodes: list[Episode], workers: int) -> tuple[float, list[float]]:
     """Episodes/s through EnvPool with ``workers`` processes and as many driver threads."""
-    import functools
-
-    from spreadrl.env.config import EnvConfig
     from spreadrl.env.episode import SpreadsheetEnv
-    from spreadrl.env.pool import EnvPool
-    from spreadrl.env.types import ToolCall
 
     factory = functools.partial(SpreadsheetEnv, EnvConfig(max_tool_calls=1000))
     rewards: list[float] = []
@@ -194,11 +201,6 @@ def bench_env(
 
       spreadrl bench env --episodes 64 --concurrency 2
     """
-    from rich.console import Console
-    from rich.table import Table
-
-    from spreadrl.data.builtin import builtin_tasks
-
     console = Console()
     suite = [
         (task, case.index, case.load_solution())
@@ -207,8 +209,6 @@ def bench_env(
         if case.solution_path is not None
     ]
     if not suite:
-        from spreadrl.errors import SpreadrlError
-
         raise SpreadrlError(f"built-in split {split!r} has no reference solutions to replay")
     chosen = [suite[i % len(suite)] for i in range(episodes)]
     with tempfile.TemporaryDirectory(prefix="spreadrl-bench-env-") as tmp:

@@ -10,7 +10,10 @@ is not counted: MFU measures useful work.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:  # transformers loads torch: not at `spreadrl --help` (cli.bench imports this)
+    from transformers import PretrainedConfig
 
 # Dense bf16 tensor-core peaks (TFLOP/s) from the vendors' datasheets, matched on the
 # device name torch reports; the first match wins, so specific names come first.
@@ -28,7 +31,7 @@ PEAK_BF16_TFLOPS: tuple[tuple[str, float], ...] = (
 )
 
 
-def matmul_parameters(config: Any) -> int:
+def matmul_parameters(config: PretrainedConfig) -> int:
     """Weights multiplied per token by a Qwen3-style decoder (q/k/v/o, gated MLP, lm head)."""
     d = config.hidden_size
     heads, kv_heads = config.num_attention_heads, config.num_key_value_heads
@@ -38,7 +41,7 @@ def matmul_parameters(config: Any) -> int:
     return config.num_hidden_layers * (attention + mlp) + d * config.vocab_size
 
 
-def train_flops_per_token(config: Any, seq_len: int) -> float:
+def train_flops_per_token(config: PretrainedConfig, seq_len: int) -> float:
     """Forward + backward FLOPs per token at sequence length ``seq_len``."""
     heads = config.num_attention_heads
     head_dim = getattr(config, "head_dim", None) or config.hidden_size // heads

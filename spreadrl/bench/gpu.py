@@ -32,6 +32,11 @@ from pathlib import Path
 from typing import Any
 
 import typer
+from rich.console import Console
+from rich.table import Table
+
+from spreadrl.bench.flops import peak_tflops, train_flops_per_token
+from spreadrl.config import load_config
 
 # seed 000's recipe, from the repository checkout this package runs from
 RECIPE = Path(__file__).resolve().parents[2] / "configs" / "spreadsheet-rl-4b.yaml"
@@ -109,10 +114,8 @@ def build_model(root: Path, shape: Shape) -> tuple[str, str]:
 def run_leg(shape: Shape, model: str, out: Path) -> dict[str, Any]:
     """Run the GRPO steps in this process (plain, or one torchrun worker); summarise them."""
     import torch
-    from rich.console import Console
+    from transformers import AutoConfig
 
-    from spreadrl.bench.flops import peak_tflops, train_flops_per_token
-    from spreadrl.config import load_config
     from spreadrl.train.config import GRPOConfig
     from spreadrl.train.grpo import train_grpo
 
@@ -128,8 +131,6 @@ def run_leg(shape: Shape, model: str, out: Path) -> dict[str, Any]:
     if not generated or not trained:
         raise RuntimeError(f"the bench steps generated {generated} and trained {trained} tokens")
     sequences = sum(r["trained_sequences"] for r in measured)
-    from transformers import AutoConfig
-
     config = AutoConfig.from_pretrained(model)
     seq_len = round(trained / sequences)
     update_tflops = trained * train_flops_per_token(config, seq_len) / max(total["update_s"], 1e-9)
@@ -182,9 +183,6 @@ def bench_gpu(
 
       spreadrl bench gpu --out runs/bench-gpu.json
     """
-    from rich.console import Console
-    from rich.table import Table
-
     base = SMOKE if smoke else FULL
     shape = Shape(
         base.preset,
@@ -224,7 +222,7 @@ def bench_gpu(
                 kept = Path(tempfile.gettempdir()) / f"spreadrl-bench-gpu-leg{i}.log"
                 kept.write_text(Path(results[label]["log"]).read_text())
                 results[label]["log"] = str(kept)
-    console.print(_table(results, Table))
+    console.print(_table(results))
     first = next((r for r in results.values() if "device" in r), {})
     console.print(
         f"model: random Qwen3 {shape.preset}, vocabulary {shape.vocab_size or 'of the tokenizer'} "
@@ -237,8 +235,8 @@ def bench_gpu(
         out.write_text(json.dumps({"shape": asdict(shape), "legs": results}, indent=2))
 
 
-def _table(results: dict[str, dict[str, Any]], table_cls: Any) -> Any:
-    table = table_cls(
+def _table(results: dict[str, dict[str, Any]]) -> Table:
+    table = Table(
         "leg",
         "gen tok/s",
         "update tok/s",

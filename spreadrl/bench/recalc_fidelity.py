@@ -27,6 +27,12 @@ from pathlib import Path
 from typing import Any
 
 import typer
+from rich.console import Console
+from rich.table import Table
+
+from spreadrl.env import recalc
+from spreadrl.env.recalc import libreoffice
+from spreadrl.errors import SpreadrlError
 
 VOLATILE = ("NOW", "TODAY", "RAND", "RANDBETWEEN", "RANDARRAY", "INFO", "CELL")
 _FUNCTION_RE = re.compile(r"(?<![A-Za-z0-9_.])(?:_xlfn\.|_xlws\.)?([A-Za-z][A-Za-z0-9.]*)\s*\(")
@@ -67,8 +73,8 @@ class CellMiss:
     sheet: str
     cell: str
     formula: str
-    expected: Any
-    actual: Any
+    expected: object  # cell values of any type, compared and shown with repr
+    actual: object
     engine: str
 
 
@@ -161,7 +167,6 @@ def measure_workbook(
     """Compare every formula cell of one workbook per engine; '' or why it was skipped."""
     from spreadrl.env.checker import column_name, values_match
     from spreadrl.env.recalc.values import has_uncached_formulas, load_values
-    from spreadrl.errors import SpreadrlError
 
     if not excel_saved(path):
         return "not saved by Excel"
@@ -196,7 +201,7 @@ def measure_workbook(
                 tally.volatile_skipped += 1
                 continue
             tally.cells += 1
-            actual: Any = None
+            actual: object = None
             produced_by = engine
             if book is not None:
                 name = book.find_sheet(sheet)
@@ -231,21 +236,15 @@ def measure_workbook(
 
 def run_fidelity(folder: Path, engines: list[str]) -> tuple[dict[str, EngineTally], dict[str, str]]:
     """Measure every workbook under ``folder``; returns tallies per engine and skipped files."""
-    from spreadrl.errors import SpreadrlError
-
     workbooks = find_workbooks(folder)
     if not workbooks:
         raise SpreadrlError(f"{folder}: no .xlsx/.xlsm workbooks found")
     tallies = {engine: EngineTally(engine) for engine in engines}
-    if "hybrid" in tallies:
-        from spreadrl.env.recalc import find_soffice
-        from spreadrl.env.recalc.libreoffice import uno_python
-
-        if find_soffice() is None or uno_python() is None:
-            tallies["hybrid"].note = (
-                "LibreOffice (soffice + python3-uno) is not installed: the hybrid figure is "
-                "IronCalc (+ formulas) only"
-            )
+    if "hybrid" in tallies and (recalc.find_soffice() is None or libreoffice.uno_python() is None):
+        tallies["hybrid"].note = (
+            "LibreOffice (soffice + python3-uno) is not installed: the hybrid figure is "
+            "IronCalc (+ formulas) only"
+        )
     skipped: dict[str, str] = {}
     with tempfile.TemporaryDirectory(prefix="spreadrl-fidelity-") as tmp:
         for path in workbooks:
@@ -273,15 +272,9 @@ def bench_recalc_fidelity(
 
       spreadrl bench recalc-fidelity data/recalc-corpus --engine ironcalc --engine hybrid
     """
-    from rich.console import Console
-    from rich.table import Table
-
-    from spreadrl.env.recalc import ENGINES
-    from spreadrl.errors import SpreadrlError
-
     for name in engine:
-        if name not in ENGINES:
-            raise SpreadrlError(f"--engine {name!r}: choose from {', '.join(ENGINES)}")
+        if name not in recalc.ENGINES:
+            raise SpreadrlError(f"--engine {name!r}: choose from {', '.join(recalc.ENGINES)}")
     tallies, skipped = run_fidelity(folder, list(engine))
     console = Console()
     table = Table(title=f"recalculation fidelity on {folder} ({len(skipped)} files skipped)")

@@ -23,6 +23,13 @@ from pathlib import Path
 from typing import Any
 
 import typer
+from rich.console import Console
+from rich.table import Table
+
+from spreadrl.bench.flops import peak_tflops as lookup_peak
+from spreadrl.bench.flops import train_flops_per_token
+from spreadrl.bench.rollout import _random_model
+from spreadrl.config import load_config
 
 
 def bench_train(
@@ -47,14 +54,8 @@ def bench_train(
     device: str = typer.Option("cpu"),
 ) -> None:
     """SFT tokens/s, MFU and peak memory; GRPO step time split (generate / tools / logprobs / update)."""
-    import torch
-    from rich.console import Console
-    from rich.table import Table
+    import torch  # torch, transformers and the trainer: only when the bench runs
 
-    from spreadrl.bench.flops import peak_tflops as lookup_peak
-    from spreadrl.bench.flops import train_flops_per_token
-    from spreadrl.bench.rollout import _random_model
-    from spreadrl.config import load_config
     from spreadrl.models.init import load_model_and_tokenizer
     from spreadrl.train.batching import Sample
     from spreadrl.train.config import GRPOConfig
@@ -80,7 +81,7 @@ def bench_train(
             for _ in range(batch)
         ]
 
-        def step(model: Any, optimizer: Any) -> None:
+        def step(model: torch.nn.Module, optimizer: torch.optim.Optimizer) -> None:
             optimizer.zero_grad(set_to_none=True)
             sft_loss_step(model, samples, pad_id=0, micro_batch_tokens=seq_len * batch)
             optimizer.step()
@@ -165,7 +166,6 @@ def bench_logprobs(
 ) -> None:
     """Peak memory added by, and time of, one log-prob pass over a long sequence."""
     import torch
-    from rich.console import Console
     from transformers import Qwen3Config, Qwen3ForCausalLM
 
     from spreadrl.train.batching import Sample, collate

@@ -6,6 +6,9 @@ from pathlib import Path
 
 import typer
 
+from spreadrl.config import dump_config, load_config
+from spreadrl.errors import ConfigError
+
 app = typer.Typer(
     help="Show recipe configs: `show` resolves a YAML recipe with overrides; `keys` lists keys.",
     no_args_is_help=True,
@@ -26,9 +29,7 @@ def show(
 
       spreadrl config show configs/spreadsheet-rl-4b.yaml rollout.max_turns=8
     """
-    from spreadrl.config import dump_config, load_config
-    from spreadrl.errors import ConfigError
-    from spreadrl.train.config import RECIPES
+    from spreadrl.train.config import RECIPES  # the trainer's modules: only when run
 
     if kind not in RECIPES:
         raise ConfigError(f"--kind {kind!r}: choose one of {', '.join(RECIPES)}")

@@ -23,7 +23,6 @@ import logging
 import os
 import sys
 import warnings
-from typing import Any
 
 import typer
 from rich.console import Console
@@ -76,7 +75,7 @@ def print_error(message: str, console: Console | None = None) -> None:
     console.print(f"[bold red]error:[/] {plain(message)}", highlight=False, soft_wrap=True)
 
 
-def _escape_help(command: Any) -> None:
+def _escape_help(command: TyperCommand | TyperGroup) -> None:
     for owner in (command, *command.params):
         for attr in ("help", "short_help", "epilog"):
             text = getattr(owner, attr, None)
@@ -87,7 +86,7 @@ def _escape_help(command: Any) -> None:
 class PlainHelpCommand(TyperCommand):
     """A typer command whose help texts are shown as written (brackets kept)."""
 
-    def __init__(self, *args: Any, **kwargs: Any) -> None:
+    def __init__(self, *args: object, **kwargs: object) -> None:  # typer's, passed on
         super().__init__(*args, **kwargs)
         _escape_help(self)
 
@@ -95,7 +94,7 @@ class PlainHelpCommand(TyperCommand):
 class PlainHelpGroup(TyperGroup):
     """A typer group whose help texts are shown as written (brackets kept)."""
 
-    def __init__(self, *args: Any, **kwargs: Any) -> None:
+    def __init__(self, *args: object, **kwargs: object) -> None:  # typer's, passed on
         super().__init__(*args, **kwargs)
         _escape_help(self)
 

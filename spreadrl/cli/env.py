@@ -8,6 +8,8 @@ from typing import Any
 
 import typer
 
+from spreadrl.data.task import Task, load_tasks
+from spreadrl.env.config import EnvConfig
 from spreadrl.errors import SpreadrlError
 
 app = typer.Typer(help="The Spreadsheet Gym: tool schemas, episode replay.", no_args_is_help=True)
@@ -50,10 +52,8 @@ def tools(
     Console().print(table)
 
 
-def _find_task(ref: str, tasks_dir: Path | None, trajectory: Path) -> Any:
+def _find_task(ref: str, tasks_dir: Path | None, trajectory: Path) -> Task:
     """A task by id within --tasks DIR, or by folder (relative to cwd or the trajectory)."""
-    from spreadrl.data.task import load_tasks
-
     if tasks_dir is not None:
         task_set = load_tasks(tasks_dir)
         for task in task_set:
@@ -115,7 +115,6 @@ def replay_command(
 
       spreadrl env replay data/tasks/synth-0-00001/1_synth-0-00001_solution.json
     """
-    from spreadrl.env.config import EnvConfig
     from spreadrl.env.episode import replay
 
     data = _load_trajectory(trajectory)

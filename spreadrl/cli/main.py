@@ -28,7 +28,7 @@ from spreadrl.cli import (
     sft,
 )
 from spreadrl.cli import view as view_cli
-from spreadrl.cli.console import plain_help, print_error
+from spreadrl.cli.console import plain_help, print_error, quiet_third_party
 from spreadrl.errors import RunStopped, SpreadrlError
 
 app = typer.Typer(
@@ -97,8 +97,6 @@ def _root(
 ) -> None:
     """Train and evaluate small language models as spreadsheet agents with RL."""
     if not verbose:
-        from spreadrl.cli.console import quiet_third_party
-
         quiet_third_party()
 
 

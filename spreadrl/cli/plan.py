@@ -6,6 +6,9 @@ from pathlib import Path
 
 import typer
 
+from spreadrl.config import load_config
+from spreadrl.errors import ConfigError
+
 
 def plan(
     recipe: Path = typer.Argument(..., help="YAML recipe (see configs/)."),
@@ -35,8 +38,6 @@ def plan(
     from rich.console import Console
     from rich.table import Table
 
-    from spreadrl.config import load_config
-    from spreadrl.errors import ConfigError
     from spreadrl.train.config import GRPOConfig
     from spreadrl.train.plan import Hardware, plan_recipe
 

@@ -7,6 +7,7 @@ from pathlib import Path
 import typer
 
 from spreadrl.cli.console import plain
+from spreadrl.errors import MissingDependencyError, SpreadrlError
 
 EXAMPLES = """
 Examples:
@@ -29,8 +30,6 @@ def view(
     port: int = typer.Option(8400, min=0, max=65535, help="TCP port."),
 ) -> None:
     from rich.console import Console
-
-    from spreadrl.errors import MissingDependencyError, SpreadrlError
 
     if not run_dir.is_dir():
         raise SpreadrlError(f"{run_dir}: not a folder; pass a run folder such as runs/demo")

@@ -12,6 +12,9 @@ from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
+from rich.console import Console
+from rich.table import Table
+
 from spreadrl.errors import SpreadrlError
 from spreadrl.eval.passk import mean_pass_at_k, pass1_interval
 from spreadrl.rollout.types import Trajectory
@@ -99,10 +102,8 @@ def build_report(
     return report
 
 
-def render_report(report: dict[str, Any], console: Any, title: str = "Evaluation") -> None:
+def render_report(report: dict[str, Any], console: Console, title: str = "Evaluation") -> None:
     """A rich summary table plus the per-family breakdown."""
-    from rich.table import Table
-
     table = Table(title=title, show_header=True)
     table.add_column("metric")
     table.add_column("value", justify="right")
@@ -183,7 +184,7 @@ def load_report(path: Path) -> dict[str, Any]:
     return report
 
 
-def _is_number(value: Any) -> bool:
+def _is_number(value: object) -> bool:
     return isinstance(value, int | float) and not isinstance(value, bool)
 
 

@@ -12,8 +12,24 @@ a real local Qwen3 checkpoint takes, so nothing downstream can tell them apart.
 from __future__ import annotations
 
 import logging
+import socket
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlparse
+
+import torch
+from huggingface_hub import constants
+from huggingface_hub.errors import StrictDataclassError
+from transformers import (
+    AutoModelForCausalLM,
+    AutoTokenizer,
+    GenerationConfig,
+    PretrainedConfig,
+    PreTrainedModel,
+    PreTrainedTokenizerBase,
+    Qwen3Config,
+    Qwen3ForCausalLM,
+)
 
 from spreadrl.errors import ConfigError, SpreadrlError
 
@@ -61,7 +77,7 @@ PRESETS: dict[str, dict[str, Any]] = {
 }
 
 
-def _token_id(tokenizer: Any, token: str) -> int | None:
+def _token_id(tokenizer: PreTrainedTokenizerBase, token: str) -> int | None:
     tid = tokenizer.convert_tokens_to_ids(token)
     if not isinstance(tid, int) or tid == tokenizer.unk_token_id:
         return None
@@ -70,19 +86,17 @@ def _token_id(tokenizer: Any, token: str) -> int | None:
 
 def make_config(
     preset: str,
-    tokenizer: Any,
+    tokenizer: PreTrainedTokenizerBase,
     overrides: dict[str, Any] | None = None,
     *,
     vocab_size: int | None = None,
-) -> Any:
+) -> Qwen3Config:
     """The ``Qwen3Config`` of ``preset`` sized to ``tokenizer``; ``overrides`` win over the preset.
 
     ``vocab_size``: embedding rows, at least ``len(tokenizer)`` (default: exactly
     that). Real checkpoints pad past the tokenizer, e.g. Qwen3's 151,936 rows for
     151,669 tokens, and a model built to stand in for one must match.
     """
-    from transformers import Qwen3Config
-
     if preset not in PRESETS:
         raise ConfigError(f"unknown model preset {preset!r}; choose one of {sorted(PRESETS)}")
     if vocab_size is not None and vocab_size < len(tokenizer):
@@ -106,19 +120,14 @@ def make_config(
     layers = kwargs["num_hidden_layers"]
     kwargs["layer_types"] = ["full_attention"] * layers
     kwargs["max_window_layers"] = layers
-    from huggingface_hub.errors import StrictDataclassError
-
     try:
         return Qwen3Config(**kwargs)
     except (TypeError, ValueError, StrictDataclassError) as exc:
         raise ConfigError(f"model preset {preset!r} with overrides {overrides}: {exc}") from exc
 
 
-def count_parameters(config: Any) -> int:
+def count_parameters(config: PretrainedConfig) -> int:
     """Parameters of a model built from ``config``, counted on the meta device (no memory used)."""
-    import torch
-    from transformers import AutoModelForCausalLM
-
     with torch.device("meta"):
         model = AutoModelForCausalLM.from_config(config)
     return sum(p.numel() for p in model.parameters())
@@ -126,7 +135,7 @@ def count_parameters(config: Any) -> int:
 
 def init_model(
     preset: str,
-    tokenizer: Any,
+    tokenizer: PreTrainedTokenizerBase,
     out: Path,
     *,
     seed: int = 0,
@@ -139,9 +148,6 @@ def init_model(
     ``<|im_end|>`` (then ``<|endoftext|>``) and pads with the tokenizer's pad
     token, as Qwen3's instruct checkpoints do. ``vocab_size``: see :func:`make_config`.
     """
-    import torch
-    from transformers import GenerationConfig, Qwen3ForCausalLM
-
     config = make_config(preset, tokenizer, overrides, vocab_size=vocab_size)
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
@@ -184,11 +190,6 @@ def _looks_local(name: str) -> bool:
 
 def _hub_reachable() -> bool:
     """Whether the Hub's host resolves: fails in a second offline, where from_pretrained retries for ~45 s."""
-    import socket
-    from urllib.parse import urlparse
-
-    from huggingface_hub import constants
-
     if constants.HF_HUB_OFFLINE:
         return False
     try:
@@ -198,9 +199,9 @@ def _hub_reachable() -> bool:
     return True
 
 
-def _from_pretrained(source: str, torch_dtype: Any, local_only: bool) -> tuple[Any, Any]:
-    from transformers import AutoModelForCausalLM, AutoTokenizer
-
+def _from_pretrained(
+    source: str, torch_dtype: torch.dtype | str, local_only: bool
+) -> tuple[PreTrainedModel, PreTrainedTokenizerBase]:
     tokenizer = AutoTokenizer.from_pretrained(source, local_files_only=local_only)
     model = AutoModelForCausalLM.from_pretrained(
         source, dtype=torch_dtype, local_files_only=local_only
@@ -210,14 +211,12 @@ def _from_pretrained(source: str, torch_dtype: Any, local_only: bool) -> tuple[A
 
 def load_model_and_tokenizer(
     name_or_path: str, *, dtype: str = "auto", device: str = "cpu"
-) -> tuple[Any, Any]:
+) -> tuple[PreTrainedModel, PreTrainedTokenizerBase]:
     """Load a causal LM and its tokenizer from a local directory (or a Hub id when online).
 
     ``dtype``: ``"auto"`` (the checkpoint's own), or a torch dtype name such as
     ``"bfloat16"``. The tokenizer gets a pad token (its eos) if it has none.
     """
-    import torch
-
     path = Path(name_or_path).expanduser()
     if not path.exists() and _looks_local(name_or_path):
         raise SpreadrlError(
@@ -227,11 +226,12 @@ def load_model_and_tokenizer(
     source = str(path) if path.exists() else name_or_path
     if path.exists() and not (path / "config.json").exists():
         raise SpreadrlError(f"{path}: not a Hugging Face model directory (no config.json)")
-    torch_dtype: Any = dtype
+    torch_dtype: torch.dtype | str = dtype
     if dtype != "auto":
-        torch_dtype = getattr(torch, dtype, None)
-        if not isinstance(torch_dtype, torch.dtype):
+        found = getattr(torch, dtype, None)
+        if not isinstance(found, torch.dtype):
             raise ConfigError(f"unknown dtype {dtype!r}; use auto, float32, bfloat16 or float16")
+        torch_dtype = found
     try:
         model, tokenizer = _from_pretrained(source, torch_dtype, local_only=True)
     except (OSError, ValueError) as exc:

@@ -14,7 +14,8 @@ from __future__ import annotations
 import importlib.resources
 import importlib.util
 from pathlib import Path
-from typing import Any
+
+from transformers import AutoTokenizer, PreTrainedTokenizerBase
 
 from spreadrl.errors import SpreadrlError
 
@@ -48,8 +49,6 @@ def qwen3_tokenizer_dir() -> Path:
     return path
 
 
-def load_qwen3_tokenizer() -> Any:
+def load_qwen3_tokenizer() -> PreTrainedTokenizerBase:
     """Qwen3's real tokenizer (151,669 tokens, ``<|im_end|>`` = 151645) with its chat template."""
-    from transformers import AutoTokenizer
-
     return AutoTokenizer.from_pretrained(str(qwen3_tokenizer_dir()), local_files_only=True)

@@ -18,8 +18,22 @@ import logging
 import random
 import re
 from collections.abc import Iterable
+from pathlib import Path
 from typing import Any
 
+from tokenizers import (
+    AddedToken,
+    Regex,
+    Tokenizer,
+    decoders,
+    normalizers,
+    pre_tokenizers,
+    trainers,
+)
+from tokenizers.models import BPE
+from transformers import PreTrainedTokenizerFast
+
+from spreadrl.data.task import load_tasks
 from spreadrl.errors import ConfigError
 from spreadrl.models.chat_template import QWEN3_STYLE_CHAT_TEMPLATE
 
@@ -47,7 +61,9 @@ QWEN_SPLIT_PATTERN = (
 _BYTE_ALPHABET = 256
 
 
-def train_tokenizer(texts: Iterable[str], vocab_size: int = 512, *, min_frequency: int = 2) -> Any:
+def train_tokenizer(
+    texts: Iterable[str], vocab_size: int = 512, *, min_frequency: int = 2
+) -> PreTrainedTokenizerFast:
     """Train a byte-level BPE on ``texts``; return a ``PreTrainedTokenizerFast`` with the chat template.
 
     ``vocab_size`` counts everything: the 256 byte tokens, the learned merges and
@@ -55,25 +71,13 @@ def train_tokenizer(texts: Iterable[str], vocab_size: int = 512, *, min_frequenc
     when the corpus has too few pairs seen ``min_frequency`` times). Every byte
     is in the base alphabet, so any text round-trips through encode/decode.
     """
-    from tokenizers import (
-        AddedToken,
-        Regex,
-        Tokenizer,
-        decoders,
-        models,
-        normalizers,
-        pre_tokenizers,
-        trainers,
-    )
-    from transformers import PreTrainedTokenizerFast
-
     n_added = len(CONTROL_TOKENS) + len(MARKUP_TOKENS)
     if vocab_size < _BYTE_ALPHABET + n_added:
         raise ConfigError(
             f"vocab_size={vocab_size} is too small: a byte-level BPE needs at least "
             f"{_BYTE_ALPHABET + n_added} (256 bytes + {n_added} special tokens)"
         )
-    tok = Tokenizer(models.BPE(byte_fallback=False))
+    tok = Tokenizer(BPE(byte_fallback=False))
     tok.normalizer = normalizers.NFC()
     tok.pre_tokenizer = pre_tokenizers.Sequence(
         [
@@ -250,10 +254,8 @@ def default_corpus(extra: Iterable[str] = (), *, size: int = 600, seed: int = 0)
     return texts
 
 
-def task_corpus(root: Any) -> list[str]:
+def task_corpus(root: str | Path) -> list[str]:
     """Texts of a task set in the native layout: instructions, and reference calls as ``<tool_call>`` text."""
-    from spreadrl.data.task import load_tasks
-
     texts: list[str] = []
     for task in load_tasks(root, validate=False):
         texts.append(task.instruction)
