@@ -138,16 +138,20 @@ class VersionedStreamingPolicy(VersionedPolicy):
         super().__init__(inner, apply, version)
         self._submitted: dict[str, int] = {}
 
+    def refresh(self) -> int:
+        """As :meth:`VersionedPolicy.refresh`; on stop, the engine's requests are aborted."""
+        try:
+            return super().refresh()
+        except ProducerStopped:
+            self.abort(list(self._submitted))
+            raise
+
     def submit(self, request_id: str, context: Sequence[int], params: SamplingParams) -> None:
         self._submitted[request_id] = self.refresh()
         self.inner.submit(request_id, context, params)  # type: ignore[union-attr]
 
     def poll(self) -> list[tuple[str, PolicyTurn]]:
-        try:
-            self.refresh()
-        except ProducerStopped:
-            self.abort(list(self._submitted))
-            raise
+        self.refresh()
         finished = self.inner.poll()  # type: ignore[union-attr]
         for request_id, turn in finished:
             turn.version = self._submitted.pop(request_id, self.version)
