@@ -20,7 +20,6 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
-from spreadrl.data.builtin import builtin_tasks
 from spreadrl.env.recalc import available_engines, get_engine
 
 
@@ -67,7 +66,8 @@ def builtin_check_times(
 ) -> dict[str, Any]:
     """Per-engine check times (s) of every case of built-in ``split`` whose reference
     solution replays; engines alternate case by case. Also counts passes per engine."""
-    from spreadrl.env.checker import check_workbook  # with the gym: 1.6 s of imports
+    from spreadrl.data.builtin import builtin_tasks  # these load openpyxl and the gym
+    from spreadrl.env.checker import check_workbook
     from spreadrl.env.episode import replay
 
     cases = []

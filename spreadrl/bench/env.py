@@ -17,24 +17,22 @@ import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeAlias
 
 import typer
 from rich.console import Console
 from rich.table import Table
 
-from spreadrl.data.builtin import builtin_tasks
-from spreadrl.data.task import Task, TaskCase
 from spreadrl.env.config import EnvConfig
-from spreadrl.env.pool import EnvPool
 from spreadrl.env.sandbox import bwrap_problem
-from spreadrl.env.types import ToolCall
 from spreadrl.errors import SpreadrlError
 
-if TYPE_CHECKING:  # openpyxl and the gym load in ~1.6 s: not at `spreadrl --help` (cli.bench)
+if TYPE_CHECKING:  # the task and gym modules load openpyxl: not at `spreadrl --help`
     from openpyxl.worksheet.worksheet import Worksheet
 
-Episode = tuple[Task, int, list[dict[str, Any]]]
+    from spreadrl.data.task import Task
+
+Episode: TypeAlias = "tuple[Task, int, list[dict[str, Any]]]"
 """A replayed episode: the task, its case index and the reference solution's tool calls."""
 
 
@@ -46,6 +44,8 @@ def _pct(values: list[float], q: float) -> float:
 def _one_sheet_task(root: Path, name: str, fill: Callable[[Worksheet], None]) -> Task:
     """A throwaway Task whose input is built by ``fill(ws)`` (answer = input)."""
     import openpyxl
+
+    from spreadrl.data.task import Task, TaskCase
 
     folder = root / name
     folder.mkdir(parents=True)
@@ -151,6 +151,8 @@ def _replay_inline(episodes: list[Episode]) -> dict[str, Any]:
 def _replay_pool(episodes: list[Episode], workers: int) -> tuple[float, list[float]]:
     """Episodes/s through EnvPool with ``workers`` processes and as many driver threads."""
     from spreadrl.env.episode import SpreadsheetEnv
+    from spreadrl.env.pool import EnvPool
+    from spreadrl.env.types import ToolCall
 
     factory = functools.partial(SpreadsheetEnv, EnvConfig(max_tool_calls=1000))
     rewards: list[float] = []
@@ -201,6 +203,8 @@ def bench_env(
 
       spreadrl bench env --episodes 64 --concurrency 2
     """
+    from spreadrl.data.builtin import builtin_tasks
+
     console = Console()
     suite = [
         (task, case.index, case.load_solution())
