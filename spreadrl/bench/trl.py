@@ -67,6 +67,8 @@ SYSTEMS = ("trl", "spreadrl")
 # the label of TRL's runs given the bare instruction when --both-modes runs it beside
 # the same-prompt runs (which keep the label "trl")
 TRL_INSTRUCTION = "trl-instruction"
+# spreadrl's asynchronous GRPO (rollout.max_staleness >= 1) beside the synchronous runs
+SPREADRL_ASYNC = "spreadrl-async"
 
 # The model of the issue's measurement: Qwen3 shape overrides on the tiny preset.
 BENCH_MODEL = {
@@ -96,6 +98,8 @@ class Shape:
     micro_batch_tokens: int = 65536
     # TRL's prompts: spreadrl's rendered openings (equal work), or the bare instruction
     same_prompt: bool = True
+    # spreadrl's rollout.max_staleness: 0 is synchronous GRPO, >= 1 rolls out ahead
+    max_staleness: int = 0
 
 
 SMOKE = Shape(prompts=2, group=2, new_tokens=8, steps=2)
@@ -163,6 +167,7 @@ def spreadrl_config(model_dir: Path, shape: Shape, out: Path) -> GRPOConfig:
             f"rollout.max_response_tokens={shape.new_tokens}",
             f"rollout.group_size={shape.group}",
             f"rollout.prompts_per_step={shape.prompts}",
+            f"rollout.max_staleness={shape.max_staleness}",
             "rollout.concurrency=0",
             "sampling.mode=keep",
             "loss.kl_coef=0.0",
@@ -205,7 +210,8 @@ def spreadrl_steps(
     rows = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
     episodes = shape.prompts * shape.group
     records: list[StepRecord] = []
-    for row, prompt in zip(rows, prompt_tokens, strict=True):
+    # asynchronous GRPO may have rolled out a step past the last when the run stopped
+    for row, prompt in zip(rows, prompt_tokens[: len(rows)], strict=True):
         generated = row["generated_tokens"] * episodes
         records.append(
             {
@@ -453,7 +459,7 @@ def check_same_work(results: Sequence[RunResult]) -> bool | None:
 
     None when there is nothing to compare (no same-prompt TRL run, or no spreadrl run).
     """
-    ours = [r["first_prompt_ids"] for r in results if r["system"] == "spreadrl"]
+    ours = [r["first_prompt_ids"] for r in results if r["system"].startswith("spreadrl")]
     theirs = [r["first_prompt_ids"] for r in results if r["system"] == "trl"]
     if not ours or not theirs:
         return None
@@ -501,40 +507,52 @@ COLUMNS = (
     ("generated_per_s", "generated tok/s", "{:.0f}"),
     ("peak_rss_mb", "peak RSS MB", "{:.0f}"),
 )
-RATIO_NAMES = {"trl": "spreadrl / TRL", TRL_INSTRUCTION: "spreadrl / TRL (instruction prompt)"}
+RATIO_NAMES = {
+    "spreadrl": "spreadrl",
+    SPREADRL_ASYNC: "spreadrl async",
+    "trl": "TRL",
+    TRL_INSTRUCTION: "TRL (instruction prompt)",
+}
 
 
 def table_rows(summary: dict[str, dict[str, float]]) -> list[list[str]]:
-    """Rows of the printed table: one per system, then spreadrl / each TRL run that ran."""
+    """Rows of the printed table: one per system, then each spreadrl run over each TRL run."""
     rows = [
         [system] + [fmt.format(stats[key]) for key, _, fmt in COLUMNS]
         for system, stats in summary.items()
     ]
-    a = summary.get("spreadrl")
-    for name, title in RATIO_NAMES.items():
-        b = summary.get(name)
-        if a is None or b is None:
-            continue
-        rows.append(
-            [title]
-            + [
-                f"{a[key] / b[key]:.2f}x" if b[key] and b[key] == b[key] else "-"
-                for key, _, _ in COLUMNS
-            ]
-        )
+    for ours in ("spreadrl", SPREADRL_ASYNC):
+        for theirs in ("trl", TRL_INSTRUCTION):
+            a, b = summary.get(ours), summary.get(theirs)
+            if a is None or b is None:
+                continue
+            rows.append(
+                [f"{RATIO_NAMES[ours]} / {RATIO_NAMES[theirs]}"]
+                + [
+                    f"{a[key] / b[key]:.2f}x" if b[key] and b[key] == b[key] else "-"
+                    for key, _, _ in COLUMNS
+                ]
+            )
     return rows
 
 
 def run_plan(
-    chosen: Sequence[str], same_prompt: bool, both_modes: bool, rounds: int
+    chosen: Sequence[str],
+    same_prompt: bool,
+    both_modes: bool,
+    rounds: int,
+    with_async: bool = False,
 ) -> list[list[str]]:
     """Each round's runs, by label: ``trl`` is TRL on the same prompt ids, ``trl-instruction``
-    TRL on the bare instruction (both with ``both_modes``), ``spreadrl`` spreadrl; the
-    order is reversed every other round, so a busy machine's drift slows each alike."""
+    TRL on the bare instruction (both with ``both_modes``), ``spreadrl`` spreadrl, and
+    ``spreadrl-async`` its asynchronous GRPO after it (``with_async``); the order is
+    reversed every other round, so a busy machine's drift slows each alike."""
     labels: list[str] = []
     for system in chosen:
         if system != "trl":
             labels.append(system)
+            if system == "spreadrl" and with_async:
+                labels.append(SPREADRL_ASYNC)
             continue
         if same_prompt or both_modes:
             labels.append("trl")
@@ -562,6 +580,11 @@ def bench_trl(
     ),
     both_modes: bool = typer.Option(
         False, help="Run TRL in both prompt modes in the same alternating rounds."
+    ),
+    async_staleness: int = typer.Option(
+        0,
+        help="Also run spreadrl's asynchronous GRPO with this rollout.max_staleness "
+        "(0: only the synchronous trainer).",
     ),
     smoke: bool = typer.Option(False, help="A tiny shape and 2 steps: checks that both run."),
     out: Path = typer.Option(None, help="Keep the runs here (default: a temporary folder)."),
@@ -593,12 +616,17 @@ def bench_trl(
             prompt_file = root / "prompts.json"
             prompt_file.write_text(json.dumps(same_prompts(model_dir, shape)))
         results = []
-        plan = run_plan(chosen, same_prompt, both_modes, 1 if smoke else rounds)
+        if async_staleness < 0:
+            raise SpreadrlError(f"--async-staleness: {async_staleness} is below 0")
+        plan = run_plan(
+            chosen, same_prompt, both_modes, 1 if smoke else rounds, async_staleness > 0
+        )
         for r, order in enumerate(plan):
             for label in order:
                 console.print(f"round {r + 1}: {label} ({shape.steps} steps)")
-                system = "trl" if label == TRL_INSTRUCTION else label
-                run_shape = replace(shape, same_prompt=label == "trl")
+                system = {TRL_INSTRUCTION: "trl", SPREADRL_ASYNC: "spreadrl"}.get(label, label)
+                staleness = async_staleness if label == SPREADRL_ASYNC else 0
+                run_shape = replace(shape, same_prompt=label == "trl", max_staleness=staleness)
                 work = root / f"{label}-{r}"
                 result = run_child(system, model_dir, run_shape, work, threads, prompt_file)
                 results.append({**result, "system": label})

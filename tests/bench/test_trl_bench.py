@@ -14,6 +14,7 @@ import spreadrl.bench.trl as bench
 from spreadrl.bench.trl import (
     BENCH_VOCAB,
     SMOKE,
+    SPREADRL_ASYNC,
     TRL_INSTRUCTION,
     build_bench_model,
     check_same_work,
@@ -107,6 +108,20 @@ def test_summary_skips_warmup_and_rows_give_ratios():
     rows = table_rows(summary)
     assert [r[0] for r in rows] == ["trl", "spreadrl", "spreadrl / TRL"]
     assert rows[-1][1] == f"{2.0 / 3.0:.2f}x"
+    more = summarize(
+        results
+        + [
+            _result(TRL_INSTRUCTION, [9.0, 1.0], 100, [90, 90], 500),
+            _result(SPREADRL_ASYNC, [9.0, 0.5], 800, [50, 50], 1000),
+        ]
+    )
+    ratios = {r[0]: r[1] for r in table_rows(more) if " / " in r[0]}
+    assert ratios == {
+        "spreadrl / TRL": "0.67x",
+        "spreadrl / TRL (instruction prompt)": "2.00x",
+        "spreadrl async / TRL": "0.17x",
+        "spreadrl async / TRL (instruction prompt)": "0.50x",
+    }
     assert math.isnan(summary["trl"]["prompt_tokens"]) is False
 
 
@@ -133,6 +148,8 @@ def test_same_work_compares_first_steps_of_same_prompt_runs_only():
     # the instruction-prompt runs are not meant to match, and are not compared
     assert check_same_work([run(TRL_INSTRUCTION, [[9], [9]]), ours]) is None
     assert check_same_work([run("trl", [[1, 2]])]) is None
+    # asynchronous GRPO draws its first step as the synchronous trainer does
+    assert check_same_work([run("trl", [[1, 2], [1, 2]]), run(SPREADRL_ASYNC, [[1], [1]])]) is False
 
 
 def test_run_plan_modes_and_alternation():
@@ -144,6 +161,27 @@ def test_run_plan_modes_and_alternation():
     both = run_plan(["trl", "spreadrl"], True, True, 2)
     assert both == [["trl", TRL_INSTRUCTION, "spreadrl"], ["spreadrl", TRL_INSTRUCTION, "trl"]]
     assert run_plan(["spreadrl"], True, True, 1) == [["spreadrl"]]
+    assert run_plan(["trl", "spreadrl"], True, False, 2, with_async=True) == [
+        ["trl", "spreadrl", SPREADRL_ASYNC],
+        [SPREADRL_ASYNC, "spreadrl", "trl"],
+    ]
+
+
+def test_cli_async_staleness_runs_spreadrl_async_beside_the_synchronous(monkeypatch, tmp_path):
+    seen = []
+
+    def fake_child(system, model_dir, shape, work, threads=0, prompts=None):
+        seen.append((system, shape.max_staleness))
+        rec = {"step_s": 1.0, "generate_s": 0.5, "update_s": 0.5, "tokens": 2.0, "generated": 1.0}
+        return {"system": system, "records": [rec], "first_prompt_ids": [], "peak_rss_mb": 1.0}
+
+    monkeypatch.setattr(bench, "build_bench_model", lambda out: out)
+    monkeypatch.setattr(bench, "run_child", fake_child)
+    args = ["bench", "trl", "--systems", "spreadrl", "--rounds", "1", "--out", str(tmp_path)]
+    result = CliRunner().invoke(app, [*args, "--async-staleness", "2"])
+    assert result.exit_code == 0, result.output
+    assert seen == [("spreadrl", 0), ("spreadrl", 2)]
+    assert "spreadrl-async" in result.output
 
 
 @pytest.mark.parametrize(
