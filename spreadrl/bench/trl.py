@@ -42,26 +42,22 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
-from typing import TypedDict
+from typing import TYPE_CHECKING, TypedDict
 
-import torch
 import typer
 from rich.console import Console
 from rich.table import Table
-from transformers import AutoModelForCausalLM, AutoTokenizer
 
-import spreadrl.train.grpo as grpo
 from spreadrl.config import load_config
-from spreadrl.data.builtin import builtin_tasks
-from spreadrl.data.sources import resolve_tasks
-from spreadrl.env.factory import make_env_pool
 from spreadrl.errors import SpreadrlError
-from spreadrl.models.init import init_model, load_model_and_tokenizer
-from spreadrl.models.tokenizer import default_corpus, task_corpus, train_tokenizer
-from spreadrl.rollout.episode import EpisodeJob, start_episodes
-from spreadrl.rollout.types import Trajectory
 from spreadrl.train.config import GRPOConfig
-from spreadrl.train.sampler import EpochShuffle
+
+# torch, transformers and the gym are imported inside the functions that run them: the
+# command tree imports this module, and `spreadrl --help` must not pay for them
+if TYPE_CHECKING:
+    import torch
+
+    from spreadrl.rollout.types import Trajectory
 
 SYSTEMS = ("trl", "spreadrl")
 # the label of TRL's runs given the bare instruction when --both-modes runs it beside
@@ -134,6 +130,10 @@ class RenderedPrompt(TypedDict):
 
 def build_bench_model(out: Path, *, seed: int = 0) -> Path:
     """The shared model folder: BPE on the demo tasks' text, Qwen3 of :data:`BENCH_MODEL`."""
+    from spreadrl.data.builtin import builtin_tasks
+    from spreadrl.models.init import init_model
+    from spreadrl.models.tokenizer import default_corpus, task_corpus, train_tokenizer
+
     tokenizer = train_tokenizer(
         default_corpus(task_corpus(builtin_tasks("demo-train").root)), vocab_size=1024
     )
@@ -190,6 +190,8 @@ def spreadrl_steps(
 ) -> tuple[list[StepRecord], list[list[int]]]:
     """Run ``shape.steps`` spreadrl GRPO steps: one record per step, and the first step's
     prompt ids, one list per episode in rollout order (G per prompt)."""
+    import spreadrl.train.grpo as grpo
+
     cfg = spreadrl_config(model_dir, shape, out)
     prompt_tokens: list[int] = []
     first_ids: list[list[int]] = []
@@ -235,6 +237,13 @@ def same_prompts(model_dir: Path, shape: Shape) -> list[RenderedPrompt]:
     template as ``render_prompt_ids`` renders it, so TRL's tokenizer gets the text whose
     ids spreadrl trains on. Run in the parent, so no environment weighs on TRL's RSS.
     """
+    from spreadrl.data.sources import resolve_tasks
+    from spreadrl.env.factory import make_env_pool
+    from spreadrl.models.init import load_model_and_tokenizer
+    from spreadrl.rollout.episode import EpisodeJob, start_episodes
+    from spreadrl.train.grpo import rollout_settings
+    from spreadrl.train.sampler import EpochShuffle
+
     cfg = spreadrl_config(model_dir, shape, model_dir.parent / "prompts-run")  # never written
     _, tokenizer = load_model_and_tokenizer(str(model_dir))
     tasks = resolve_tasks(cfg.data.train_tasks)
@@ -242,7 +251,7 @@ def same_prompts(model_dir: Path, shape: Shape) -> list[RenderedPrompt]:
     draws = sampler.next(shape.prompts * shape.steps)
     jobs = [EpisodeJob(tasks.get(tid), case, i) for i, (tid, case) in enumerate(draws)]
     with make_env_pool(cfg.env) as pool:
-        states = start_episodes(pool, jobs, grpo.rollout_settings(cfg, cfg.seed), tokenizer)
+        states = start_episodes(pool, jobs, rollout_settings(cfg, cfg.seed), tokenizer)
     out: list[RenderedPrompt] = []
     for state in states:
         traj = state.traj
@@ -261,6 +270,8 @@ def same_prompts(model_dir: Path, shape: Shape) -> list[RenderedPrompt]:
 def trl_dataset_rows(prompts: Sequence[RenderedPrompt] | None) -> list[dict[str, object]]:
     """TRL's train rows: the rendered openings as text (same prompt, in draw order), or
     the bare instruction as a one-message chat (TRL applies the template itself)."""
+    from spreadrl.data.builtin import builtin_tasks
+
     if prompts is not None:
         return [{"prompt": p["text"]} for p in prompts]
     return [
@@ -302,7 +313,7 @@ def trl_steps(
             "bench trl needs TRL: pip install 'spreadrl[bench]' (or pip install trl)"
         ) from exc
     from datasets import Dataset
-    from transformers import TrainerCallback
+    from transformers import AutoModelForCausalLM, AutoTokenizer, TrainerCallback
 
     tokenizer = AutoTokenizer.from_pretrained(str(model_dir))
     model = AutoModelForCausalLM.from_pretrained(str(model_dir), dtype="float32")
@@ -397,6 +408,8 @@ def trl_steps(
 
 def child_main(spec_path: str) -> None:
     """Entry of one benchmark subprocess: run one system, write its records and peak RSS."""
+    import torch
+
     spec = json.loads(Path(spec_path).read_text())
     torch.set_num_threads(int(spec.get("threads") or torch.get_num_threads()))
     shape = Shape(**spec["shape"])
