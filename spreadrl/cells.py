@@ -12,8 +12,6 @@ from __future__ import annotations
 
 import re
 
-from openpyxl.utils.cell import column_index_from_string, get_column_letter
-
 from spreadrl.errors import SpreadrlError
 
 MAX_COLUMN = 16384
@@ -31,12 +29,20 @@ _FULLWIDTH = str.maketrans({"\uff1a": ":", "\uff01": "!", "\uff0c": ",", "\uff04
 _RANGE_RE = re.compile(r"^([A-Z]{1,3})?(\d+)?(?::([A-Z]{1,3})?(\d+)?)?$")
 
 
+# openpyxl (and the numpy it pulls in) is imported on first use: the task format
+# imports this module, and every `spreadrl` start, --help included, imports that
+
+
 def _column_number(name: str) -> int:
+    from openpyxl.utils.cell import column_index_from_string
+
     return column_index_from_string(name)
 
 
 def column_name(number: int) -> str:
     """1 -> "A", 28 -> "AB"."""
+    from openpyxl.utils.cell import get_column_letter
+
     return get_column_letter(number)
 
 

@@ -111,7 +111,10 @@ def plain_help(app: typer.Typer) -> typer.Typer:
     for command in app.registered_commands:
         command.cls = PlainHelpCommand
     for group in app.registered_groups:
-        group.cls = PlainHelpGroup
+        own = group.typer_instance.info.cls if group.typer_instance is not None else None
+        # a group class of its own (bench's lazy one) is already a PlainHelpGroup
+        own_is_plain = isinstance(own, type) and issubclass(own, PlainHelpGroup)
+        group.cls = own if own_is_plain else PlainHelpGroup
         if group.typer_instance is not None:
             plain_help(group.typer_instance)
     return app

@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import typer
 import typer.rich_utils
 from rich.console import Console
 from typer.main import get_command
@@ -31,9 +32,10 @@ EXTRA = re.compile(r"spreadrl\[[a-z,-]+\]")
 
 def _commands(command: Any, path: tuple[str, ...] = ()):
     yield path, command
-    if isinstance(getattr(command, "commands", None), dict):  # a group
-        for name, sub in command.commands.items():
-            yield from _commands(sub, (*path, name))
+    if hasattr(command, "list_commands"):  # a group, through its lookup: bench's is lazy
+        ctx = typer.Context(command)
+        for name in command.list_commands(ctx):
+            yield from _commands(command.get_command(ctx, name), (*path, name))
 
 
 def _help_sources(command: Any) -> str:
