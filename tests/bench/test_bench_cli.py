@@ -22,8 +22,10 @@ CHOICES = {("recalc-fidelity", "--engine"): "ironcalc, libreoffice, hybrid"}
 def _name_flags() -> list[tuple[str, str, int]]:
     """(bench command, flag, its required arguments) for every engine/backend flag."""
     bench = typer.main.get_command(app).commands["bench"]
+    ctx = typer.Context(bench)
     found = []
-    for name, command in sorted(bench.commands.items()):
+    for name in sorted(bench.list_commands(ctx)):  # the group is lazy: look each one up
+        command = bench.get_command(ctx, name)
         required = sum(1 for p in command.params if p.param_type_name == "argument" and p.required)
         for param in command.params:
             found += [(name, flag, required) for flag in param.opts if flag in NAME_FLAGS]
