@@ -17,7 +17,14 @@ import shutil
 import time
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:  # the demo imports its stages when it runs them (the CLI starts fast)
+    from rich.console import Console
+    from transformers import PreTrainedModel, PreTrainedTokenizerBase
+
+    from spreadrl.data.task import TaskSet
+    from spreadrl.train.config import GRPOConfig
 
 
 @dataclass(frozen=True)
@@ -80,29 +87,21 @@ def _paired_delta(before: dict[str, float], after: dict[str, float]) -> tuple[fl
     return mean, 1.96 * math.sqrt(var / len(diffs)), len(diffs)
 
 
-def rollout_settings(grpo_cfg: Any, settings: DemoSettings, seed: int) -> Any:
-    """Sampling and budgets of the RL recipe, so eval sees what training sees."""
-    from spreadrl.rollout.runner import RolloutSettings
-    from spreadrl.rollout.types import SamplingParams
-
-    r = grpo_cfg.rollout
-    return RolloutSettings(
-        sampling=SamplingParams(
-            settings.temperature, r.top_p, r.top_k, r.max_new_tokens_per_turn, seed
-        ),
-        max_turns=r.max_turns,
-        max_response_tokens=r.max_response_tokens,
-        max_tool_response_tokens=r.max_tool_response_tokens,
-    )
-
-
 def quick_pass_rate(
-    model: Any, tokenizer: Any, tasks: Any, grpo_cfg: Any, settings: DemoSettings
+    model: PreTrainedModel,
+    tokenizer: PreTrainedTokenizerBase,
+    tasks: TaskSet,
+    grpo_cfg: GRPOConfig,
+    settings: DemoSettings,
 ) -> float:
-    """Sampled pass rate of the in-memory ``model`` on ``tasks`` (one sample per case)."""
+    """Sampled pass rate of the in-memory ``model`` on ``tasks`` (one sample per case).
+
+    Sampled with the RL recipe's ``rollout`` section, so validation sees what
+    training sees."""
     from spreadrl.env.factory import make_env_pool
+    from spreadrl.rollout.chat import EpisodeChat
     from spreadrl.rollout.hf_policy import HFPolicy
-    from spreadrl.rollout.runner import EpisodeJob, run_episodes
+    from spreadrl.rollout.runner import EpisodeJob, RunValues, run_episodes
 
     jobs = [EpisodeJob(task, case) for task, case in tasks.episodes()]
     with make_env_pool(grpo_cfg.env, workers=0) as pool:
@@ -110,20 +109,21 @@ def quick_pass_rate(
             HFPolicy(model, tokenizer),
             pool,
             jobs,
-            rollout_settings(grpo_cfg, settings, settings.seed + 777),
-            tokenizer,
+            grpo_cfg.rollout,
+            EpisodeChat.of(tokenizer),
+            run=RunValues(seed=settings.seed + 777),
         )
     return sum(t.passed for t in batch.trajectories) / max(len(jobs), 1)
 
 
-def _first(tasks: Any, count: int | None) -> Any:
+def _first(tasks: TaskSet, count: int | None) -> TaskSet:
     """The first ``count`` tasks of a task set (all of them for None)."""
     from spreadrl.data.task import TaskSet
 
     return tasks if count is None else TaskSet(tasks.root, tasks.tasks[:count])
 
 
-def run_demo(settings: DemoSettings, console: Any) -> dict[str, Any]:
+def run_demo(settings: DemoSettings, console: Console) -> dict[str, Any]:
     """Run every stage; return the summary also written to ``out/summary.json``."""
     from spreadrl.config import load_config
     from spreadrl.data.builtin import builtin_tasks
@@ -133,9 +133,10 @@ def run_demo(settings: DemoSettings, console: Any) -> dict[str, Any]:
     from spreadrl.eval.runner import read_trajectories, run_eval
     from spreadrl.models.init import init_model, load_model_and_tokenizer
     from spreadrl.models.tokenizer import default_corpus, train_tokenizer
+    from spreadrl.rollout.config import RolloutConfig
     from spreadrl.rollout.hf_policy import HFPolicy
-    from spreadrl.rollout.runner import RolloutSettings
     from spreadrl.rollout.scripted import OraclePolicy
+    from spreadrl.rollout.types import RunValues
     from spreadrl.train.config import GRPOConfig, SFTConfig
     from spreadrl.train.grpo import train_grpo
     from spreadrl.train.sft import train_sft
@@ -182,10 +183,12 @@ def run_demo(settings: DemoSettings, console: Any) -> dict[str, Any]:
 
     # 2. reference conversations: the oracle replays reference solutions through the gym
     console.rule("[bold]2. SFT data from reference solutions")
-    settings_oracle = RolloutSettings(max_turns=grpo_cfg.rollout.max_turns)
+    # the reference conversations keep the section's defaults (whole tool responses),
+    # but for the recipe's turn budget
+    oracle_rollout = RolloutConfig(max_turns=grpo_cfg.rollout.max_turns)
     with make_env_pool(grpo_cfg.env, workers=0) as pool:
         oracle_dir = out / "oracle-train"
-        run_eval(train, OraclePolicy(), pool, settings_oracle, oracle_dir, progress=False)
+        run_eval(train, OraclePolicy(), pool, oracle_rollout, oracle_dir, progress=False)
     rows = trajectories_to_sft_rows(read_trajectories(oracle_dir))
     sft_path = out / "sft.jsonl"
     sft_path.write_text("".join(json.dumps(r) + "\n" for r in rows))
@@ -215,7 +218,7 @@ def run_demo(settings: DemoSettings, console: Any) -> dict[str, Any]:
     validation = TaskSet(train.root, train.tasks[: settings.eval_validation_tasks])
     sft_state: dict[str, Any] = {"steps": 0, "val_rate": 0.0}
 
-    def validate(step: int, model: Any, tokenizer: Any) -> bool:
+    def validate(step: int, model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase) -> bool:
         sft_state.update(steps=step, model=model, tokenizer=tokenizer)
         if step % settings.sft_check_every and step < settings.sft_max_steps:
             return False
@@ -245,17 +248,19 @@ def run_demo(settings: DemoSettings, console: Any) -> dict[str, Any]:
     steps, val_rate = sft_state["steps"], sft_state["val_rate"]
     stage("sft")
 
-    def evaluate(model: Any, tok: Any, model_dir: Path, name: str) -> dict[str, Any]:
+    def evaluate(
+        model: PreTrainedModel, tok: PreTrainedTokenizerBase, model_dir: Path, name: str
+    ) -> dict[str, Any]:
         model.eval()
         policy = HFPolicy(model, tok)
-        eval_settings = rollout_settings(grpo_cfg, settings, settings.seed + 12345)
         with make_env_pool(grpo_cfg.env, workers=0) as pool:
             report = run_eval(
                 test,
                 policy,
                 pool,
-                eval_settings,
+                grpo_cfg.rollout,  # sampling and budgets of the RL recipe, as in training
                 out / f"eval-{name}",
+                run=RunValues(seed=settings.seed + 12345),
                 tokenizer=tok,
                 samples=settings.eval_samples,
                 k_values=(1, settings.eval_samples),
@@ -310,7 +315,7 @@ def run_demo(settings: DemoSettings, console: Any) -> dict[str, Any]:
 
 
 def _print_summary(
-    summary: dict[str, Any], before: dict[str, Any], after: dict[str, Any], console: Any
+    summary: dict[str, Any], before: dict[str, Any], after: dict[str, Any], console: Console
 ) -> None:
     """One short result block, then the command to look at the run (details: summary.md)."""
     from rich.markup import escape

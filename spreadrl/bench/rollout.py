@@ -41,9 +41,10 @@ def bench_rollout(
     from spreadrl.data.sources import resolve_tasks
     from spreadrl.env.factory import make_env_pool
     from spreadrl.models.init import load_model_and_tokenizer
+    from spreadrl.rollout.chat import EpisodeChat
+    from spreadrl.rollout.config import RolloutConfig
     from spreadrl.rollout.hf_policy import HFPolicy
-    from spreadrl.rollout.runner import EpisodeJob, RolloutSettings, run_episodes
-    from spreadrl.rollout.types import SamplingParams
+    from spreadrl.rollout.runner import EpisodeJob, RunValues, run_episodes
 
     console = Console()
     with tempfile.TemporaryDirectory(prefix="spreadrl-bench-") as tmp:
@@ -52,24 +53,28 @@ def bench_rollout(
         task_set = resolve_tasks(tasks)
         pairs = task_set.episodes()
         jobs = [EpisodeJob(*pairs[i % len(pairs)], sample=i // len(pairs)) for i in range(episodes)]
-        settings = RolloutSettings(
-            sampling=SamplingParams(1.0, 1.0, 0, max_new_tokens, seed=0),
+        cfg = RolloutConfig(
+            temperature=1.0,
+            top_p=1.0,
+            top_k=0,
+            max_new_tokens_per_turn=max_new_tokens,
             max_turns=max_turns,
             max_response_tokens=max_new_tokens * max_turns + 256,
         )
+        run, chat = RunValues(seed=0), EpisodeChat.of(tok)
         table = Table(
             "mode", "episodes/s", "generated tok/s", "generate s", "tools s", "tools share"
         )
         rates = {}
         with make_env_pool(preset, workers=0) as pool:
-            run_episodes(HFPolicy(lm, tok), pool, jobs[:2], settings, tok)  # warm up
+            run_episodes(HFPolicy(lm, tok), pool, jobs[:2], cfg, chat, run=run)  # warm up
             for label, batch in (("batched", episodes), ("one at a time", 1)):
                 policy = HFPolicy(lm, tok, max_batch_size=batch)
                 start = time.perf_counter()
                 gen = tools = 0.0
                 tokens = 0
                 for i in range(0, len(jobs), batch):
-                    out = run_episodes(policy, pool, jobs[i : i + batch], settings, tok)
+                    out = run_episodes(policy, pool, jobs[i : i + batch], cfg, chat, run=run)
                     gen += out.timings["generate_s"]
                     tools += (
                         out.timings["tools_s"] + out.timings["reset_s"] + out.timings["finish_s"]

@@ -42,22 +42,23 @@ def sft_build(
     from spreadrl.data.sources import resolve_tasks
     from spreadrl.env.factory import make_env_pool
     from spreadrl.rollout.backends import load_policy
-    from spreadrl.rollout.runner import RolloutSettings
-    from spreadrl.rollout.types import SamplingParams
+    from spreadrl.rollout.config import RolloutConfig
+    from spreadrl.rollout.types import RunValues
     from spreadrl.train.sft_build import build_sft_data
 
     task_set = resolve_tasks(tasks)
     policy, tokenizer = load_policy(backend, model, base_url=base_url)
-    settings = RolloutSettings(
-        sampling=SamplingParams(temperature=temperature, seed=seed), max_turns=max_turns
-    )
+    # the rollout section's defaults but for the flags: a turn samples up to
+    # rollout.max_new_tokens_per_turn (1,024), as in training and eval
+    cfg = RolloutConfig(temperature=temperature, max_turns=max_turns)
     with make_env_pool(preset) as pool:
         report = build_sft_data(
             task_set,
             policy,
             pool,
-            settings,
+            cfg,
             out,
+            run=RunValues(seed=seed),
             tokenizer=tokenizer,
             samples=samples,
             max_chars=max_chars,

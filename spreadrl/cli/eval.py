@@ -118,7 +118,7 @@ def evaluate(
     from spreadrl.eval.report import render_report
     from spreadrl.eval.runner import engine_context_tokens, run_eval, save_eval_config
     from spreadrl.rollout.backends import load_policy
-    from spreadrl.rollout.runner import RolloutSettings
+    from spreadrl.rollout.types import RunValues
 
     if out is None:
         raise SpreadrlError(
@@ -155,9 +155,6 @@ def evaluate(
         max_batch_size=batch_size,
         max_model_len=engine_context_tokens(cfg.data.max_prompt_tokens, cfg.rollout),
     )
-    settings = RolloutSettings.from_config(
-        cfg.rollout, seed=seed, max_prompt_tokens=cfg.data.max_prompt_tokens
-    )
     run = {"model": model, "backend": backend, "tasks": tasks, "samples": samples, "seed": seed}
     with (
         removed_if_failed_start(out, EVAL_RESULTS),
@@ -175,8 +172,9 @@ def evaluate(
             task_set,
             policy,
             pool,
-            settings,
+            cfg.rollout,
             out,
+            run=RunValues(seed=seed, max_prompt_tokens=cfg.data.max_prompt_tokens),
             tokenizer=tokenizer,
             samples=samples,
             k_values=sorted({1, samples} | {k for k in (2, 4, 8, 16) if k < samples}),

@@ -14,14 +14,17 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
+from transformers import PreTrainedTokenizerBase
+
 from spreadrl.config import config_to_dict
 from spreadrl.data.task import TaskSet
 from spreadrl.env.config import EnvConfig
 from spreadrl.eval.report import build_report
+from spreadrl.rollout.chat import EpisodeChat
 from spreadrl.rollout.config import RolloutConfig
 from spreadrl.rollout.policy import Policy
-from spreadrl.rollout.runner import EnvPoolLike, EpisodeJob, RolloutSettings, run_episodes
-from spreadrl.rollout.types import Trajectory
+from spreadrl.rollout.runner import EnvPoolLike, EpisodeJob, run_episodes
+from spreadrl.rollout.types import RunValues, Trajectory
 
 TRAJECTORIES = "trajectories.jsonl"
 REPORT = "report.json"
@@ -98,17 +101,22 @@ def run_eval(
     tasks: TaskSet,
     policy: Policy,
     pool: EnvPoolLike,
-    settings: RolloutSettings,
+    cfg: RolloutConfig,
     out_dir: Path,
     *,
-    tokenizer: Any = None,
+    run: RunValues | None = None,
+    tokenizer: PreTrainedTokenizerBase | None = None,
     samples: int = 1,
     k_values: Sequence[int] = (1,),
     batch_size: int = 64,
     progress: bool = True,
     meta: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
-    """Evaluate and return the report (also written to ``out_dir/report.json``)."""
+    """Evaluate and return the report (also written to ``out_dir/report.json``).
+
+    ``cfg`` is the recipe's ``rollout`` section; ``run`` the seed and prompt
+    budget (the workbooks are kept under ``out_dir/outputs``). The tokenizer's
+    chat format is read once here, for every batch of the evaluation."""
     from rich.progress import (
         BarColumn,
         MofNCompleteColumn,
@@ -118,7 +126,8 @@ def run_eval(
     )
 
     out_dir.mkdir(parents=True, exist_ok=True)
-    settings = replace(settings, keep_outputs_dir=str(out_dir / "outputs"))
+    run = replace(run or RunValues(), keep_outputs_dir=str(out_dir / "outputs"))
+    chat = EpisodeChat.of(tokenizer) if tokenizer is not None else None
     # a rerun into the same folder resumes: finished episodes are kept, and episodes that
     # failed with an error (a task that did not load, a crashed worker) are run again
     done = {t.key for t in read_trajectories(out_dir) if not t.error}
@@ -146,13 +155,8 @@ def run_eval(
         try:
             for index in range(0, len(jobs), batch_size):
                 chunk = jobs[index : index + batch_size]
-                seed = settings.sampling.seed
-                batch_settings = (
-                    settings
-                    if seed is None
-                    else replace(settings, sampling=replace(settings.sampling, seed=seed + index))
-                )
-                result = run_episodes(policy, pool, chunk, batch_settings, tokenizer)
+                batch_run = run if run.seed is None else replace(run, seed=run.seed + index)
+                result = run_episodes(policy, pool, chunk, cfg, chat, run=batch_run)
                 for traj in result.trajectories:
                     sink.write(json.dumps(traj.to_json(with_tokens=False), default=str) + "\n")
                     passed += traj.passed

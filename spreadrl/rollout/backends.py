@@ -50,14 +50,19 @@ def load_policy(
 
     if backend == "vllm":
         from spreadrl.rollout.hf_policy import stop_token_ids
-        from spreadrl.rollout.vllm_policy import EngineSettings, VLLMPolicy, require_vllm_gpu
+        from spreadrl.rollout.vllm_policy import VLLMPolicy, require_vllm_gpu
 
         require_vllm_gpu()  # before loading anything: one clear line, no fallback
         from transformers import AutoTokenizer
 
         tokenizer = AutoTokenizer.from_pretrained(model)
-        settings = EngineSettings(dtype=dtype, max_model_len=max_model_len)
-        return VLLMPolicy(model, settings, stop_token_ids=stop_token_ids(tokenizer)), tokenizer
+        engine = VLLMPolicy(
+            model,
+            dtype=dtype,
+            max_model_len=max_model_len,
+            stop_token_ids=stop_token_ids(tokenizer),
+        )
+        return engine, tokenizer
     from spreadrl.rollout.hf_policy import HFPolicy
 
     model_obj, tokenizer = load_model_and_tokenizer(model, dtype=dtype, device=device)

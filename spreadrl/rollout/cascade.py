@@ -23,45 +23,53 @@ import contextlib
 import contextvars
 import threading
 from collections.abc import Iterator, Sequence
-from typing import Any
+
+import torch
+from transformers import AttentionInterface, AttentionMaskInterface, DynamicCache
+from transformers.cache_utils import Cache
+from transformers.integrations.sdpa_attention import sdpa_attention_forward
+from transformers.masking_utils import sdpa_mask
+
+from spreadrl.rollout.kv_cache import PreallocatedLayer
 
 ATTN_NAME = "spreadrl_cascade"
 
-_ACTIVE: contextvars.ContextVar[Any] = contextvars.ContextVar("spreadrl_cascade", default=None)
+_ACTIVE: contextvars.ContextVar[Cache | None] = contextvars.ContextVar(
+    "spreadrl_cascade", default=None
+)
 _REGISTERED = False
 _SWITCH_LOCK = threading.Lock()
-_SWITCHED: dict[int, list[Any]] = {}  # id(config) -> [blocks inside, implementation before]
-_LAYER_CLASS: Any = None
+# id(config) -> [blocks inside, implementation before]
+_SWITCHED: dict[int, list[int | str | None]] = {}
 
 
-def cascade_cache(prefill_cache: Any, inverse: Sequence[int], new_tokens: int) -> Any:
+def cascade_cache(
+    prefill_cache: DynamicCache, inverse: Sequence[int], new_tokens: int
+) -> DynamicCache:
     """A cache for ``generate`` whose layers hold ``prefill_cache``'s keys and values once per
     distinct context and a suffix buffer of ``new_tokens + 1`` positions per row.
 
     ``inverse[row]`` is the distinct context (row of ``prefill_cache``) of batch row ``row``;
     ``prefill_cache`` is a ``DynamicCache`` whose layers are plain full-attention layers.
     """
-    import torch
-
-    layer_class = _cascade_layer_class()
     device = prefill_cache.layers[0].keys.device
     group_of_row = torch.tensor(list(inverse), dtype=torch.long, device=device)
-    shared: dict[str, Any] = {}  # per-forward state the layers share (the converted mask)
+    shared: dict[str, object] = {}  # per-forward state the layers share (the converted mask)
     prefill_cache.layers = [
-        layer_class(layer.keys, layer.values, group_of_row, new_tokens + 1, shared)
+        CascadeLayer(layer.keys, layer.values, group_of_row, new_tokens + 1, shared)
         for layer in prefill_cache.layers
     ]
     return prefill_cache
 
 
-def is_cascade_cache(cache: Any) -> bool:
+def is_cascade_cache(cache: object) -> bool:
     """Whether ``cache`` is one ``cascade_cache`` made (its layers hold a shared prefix)."""
     layers = getattr(cache, "layers", None)
-    return bool(layers) and _LAYER_CLASS is not None and isinstance(layers[0], _LAYER_CLASS)
+    return bool(layers) and isinstance(layers[0], CascadeLayer)
 
 
 @contextlib.contextmanager
-def cascade_attention(model: Any, cache: Any) -> Iterator[None]:
+def cascade_attention(model: torch.nn.Module, cache: Cache) -> Iterator[None]:
     """Run the model's attention through the cascade function while the block runs, with
     ``cache`` as this context's cascade state; the attention implementation and the state
     are restored on exit, also on error.
@@ -95,33 +103,28 @@ def _register() -> None:
     global _REGISTERED
     if _REGISTERED:
         return
-    from transformers import AttentionInterface, AttentionMaskInterface
-    from transformers.masking_utils import sdpa_mask
-
     AttentionInterface.register(ATTN_NAME, cascade_attention_forward)
     AttentionMaskInterface.register(ATTN_NAME, sdpa_mask)
     _REGISTERED = True
 
 
 def cascade_attention_forward(
-    module: Any,
-    query: Any,
-    key: Any,
-    value: Any,
-    attention_mask: Any,
+    module: torch.nn.Module,
+    query: torch.Tensor,
+    key: torch.Tensor,
+    value: torch.Tensor,
+    attention_mask: torch.Tensor | None,
     dropout: float = 0.0,
     scaling: float | None = None,
     is_causal: bool | None = None,
-    **kwargs: Any,
-) -> tuple[Any, None]:
+    **kwargs: object,
+) -> tuple[torch.Tensor, None]:
     """transformers' attention-function signature; output ``[batch, q_len, heads, head_dim]``.
 
     The cascade applies when ``key`` is the suffix a cascade layer of the active cache just
     handed back and the query is one token; a longer query on such a layer attends over the
     prefix and suffix joined (correct, not fast); anything else is transformers' sdpa.
     """
-    from transformers.integrations.sdpa_attention import sdpa_attention_forward
-
     layer = _active_layer(module, key)
     if (
         layer is not None
@@ -137,18 +140,20 @@ def cascade_attention_forward(
     )
 
 
-def _active_layer(module: Any, key: Any) -> Any:
+def _active_layer(module: torch.nn.Module, key: torch.Tensor) -> CascadeLayer | None:
     cache = _ACTIVE.get()
     index = getattr(module, "layer_idx", None)
     if cache is None or index is None or index >= len(cache.layers):
         return None
     layer = cache.layers[index]
-    if not isinstance(layer, _cascade_layer_class()) or key is not layer.keys:
+    if not isinstance(layer, CascadeLayer) or key is not layer.keys:
         return None
     return layer
 
 
-def _cascade_decode(query: Any, layer: Any, mask: Any, scaling: float | None) -> Any:
+def _cascade_decode(
+    query: torch.Tensor, layer: CascadeLayer, mask: torch.Tensor | None, scaling: float | None
+) -> torch.Tensor:
     """One decoded token per row (``query`` ``[batch, heads, 1, dim]``).
 
     The prefix scores are computed once per group: the group's rows' queries, GQA-packed
@@ -158,8 +163,6 @@ def _cascade_decode(query: Any, layer: Any, mask: Any, scaling: float | None) ->
     two partial softmaxes (measured a little faster on CPU than merging two separately
     normalised parts: fewer small ops). Its prefix weights multiply the group's prefix
     values, its suffix weights (back in row layout) each row's own values."""
-    import torch
-
     batch, heads, _, dim = query.shape
     kv_heads = layer.prefix_values.shape[1]
     rep = heads // kv_heads
@@ -167,11 +170,15 @@ def _cascade_decode(query: Any, layer: Any, mask: Any, scaling: float | None) ->
     groups, slots = layer.slot_rows.shape
     q = query.reshape(batch, kv_heads, rep, dim)
 
-    def to_groups(t: Any) -> Any:  # [batch, kv, rep, x] -> [groups, kv, slots * rep, x]
+    def to_groups(
+        t: torch.Tensor,
+    ) -> torch.Tensor:  # [batch, kv, rep, x] -> [groups, kv, slots * rep, x]
         t = t[layer.slot_rows.reshape(-1)].reshape(groups, slots, kv_heads, rep, t.shape[-1])
         return t.permute(0, 2, 1, 3, 4).reshape(groups, kv_heads, slots * rep, t.shape[-1])
 
-    def to_rows(t: Any) -> Any:  # [groups, kv, slots * rep, x] -> [batch, kv, rep, x]
+    def to_rows(
+        t: torch.Tensor,
+    ) -> torch.Tensor:  # [groups, kv, slots * rep, x] -> [batch, kv, rep, x]
         t = t.reshape(groups, kv_heads, slots, rep, t.shape[-1]).permute(0, 2, 1, 3, 4)
         return t[layer.group_of_row, layer.slot_of_row]
 
@@ -188,7 +195,9 @@ def _cascade_decode(query: Any, layer: Any, mask: Any, scaling: float | None) ->
     return out.reshape(batch, 1, heads, dim)
 
 
-def _group_bias(layer: Any, mask: Any, batch: int, rep: int) -> Any:
+def _group_bias(
+    layer: CascadeLayer, mask: torch.Tensor | None, batch: int, rep: int
+) -> torch.Tensor | None:
     """The additive float32 mask ``[groups, 1, slots * rep, P + S]`` from transformers' 4D
     mask ``[batch, 1, 1, P + S]`` (bool, True = attend, or additive; None = attend
     everywhere), in the group layout of ``_cascade_decode``: each row's own padding, so
@@ -196,8 +205,6 @@ def _group_bias(layer: Any, mask: Any, batch: int, rep: int) -> Any:
     Masked positions get float32's minimum, not -inf, so a fully masked part gets weight 0
     and a fully masked row no NaN. All layers of a forward get the same mask object and
     share one conversion."""
-    import torch
-
     if mask is None:
         return None
     shared = layer.shared
@@ -214,11 +221,9 @@ def _group_bias(layer: Any, mask: Any, batch: int, rep: int) -> Any:
     return shared["gbias"]
 
 
-def _row_slots(group_of_row: Any, groups: int) -> tuple[Any, Any]:
+def _row_slots(group_of_row: torch.Tensor, groups: int) -> tuple[torch.Tensor, torch.Tensor]:
     """Each row's slot within its group ``[batch]`` and each group's rows by slot
     ``[groups, slots]`` (padding slots repeat the group's last row)."""
-    import torch
-
     counts = torch.bincount(group_of_row, minlength=groups)
     slot_of_row = torch.zeros_like(group_of_row)
     slot_rows = torch.empty(
@@ -232,68 +237,57 @@ def _row_slots(group_of_row: Any, groups: int) -> tuple[Any, Any]:
     return slot_of_row, slot_rows
 
 
-def _cascade_layer_class() -> Any:
-    """transformers' ``DynamicLayer`` holding a shared prefix and a per-row suffix (built on
-    first use, so importing this module does not import torch)."""
-    global _LAYER_CLASS
-    if _LAYER_CLASS is not None:
-        return _LAYER_CLASS
-    import torch
+class CascadeLayer(PreallocatedLayer):
+    """transformers' ``DynamicLayer`` holding a shared prefix and a per-row suffix.
 
-    from spreadrl.rollout.kv_cache import preallocated_layer_class
+    Keys and values as prefix ``[groups, kv, P, d]`` (read-only) and suffix
+    ``[batch, kv, S, d]`` (the preallocated layer's buffers, written in place).
+    ``keys``/``values`` expose the suffix, which is what ``update`` hands attention;
+    lengths count both parts, so transformers sizes its masks and positions for the
+    whole sequence."""
 
-    class _CascadeLayer(preallocated_layer_class()):
-        """Keys and values as prefix ``[groups, kv, P, d]`` (read-only) and suffix
-        ``[batch, kv, S, d]`` (the preallocated layer's buffers, written in place).
-        ``keys``/``values`` expose the suffix, which is what ``update`` hands attention;
-        lengths count both parts, so transformers sizes its masks and positions for the
-        whole sequence."""
+    def __init__(
+        self,
+        prefix_keys: torch.Tensor,
+        prefix_values: torch.Tensor,
+        group_of_row: torch.Tensor,
+        capacity: int,
+        shared: dict[str, object] | None = None,
+    ) -> None:
+        super().__init__(capacity)
+        self.shared = shared if shared is not None else {}
+        # the keys stored transposed ([groups, kv, d, P], contiguous): the per-step
+        # q @ k^T then reads them in order (~15% faster than a transposed view on CPU)
+        self.prefix_keys_t = prefix_keys.transpose(-1, -2).contiguous()
+        self.prefix_values = prefix_values
+        self.prefix_len = prefix_keys.shape[-2]
+        self.group_of_row = group_of_row
+        if "slots" not in self.shared:  # the same for every layer of the cache: once
+            self.shared["slots"] = _row_slots(group_of_row, prefix_keys.shape[0])
+        self.slot_of_row, self.slot_rows = self.shared["slots"]
+        batch, kv_heads = len(group_of_row), prefix_keys.shape[1]
+        self.lazy_initialization(  # empty suffix buffers of ``capacity`` positions per row
+            prefix_keys.new_empty((batch, kv_heads, 0, prefix_keys.shape[-1])),
+            prefix_values.new_empty((batch, kv_heads, 0, prefix_values.shape[-1])),
+        )
 
-        def __init__(
-            self,
-            prefix_keys: Any,
-            prefix_values: Any,
-            group_of_row: Any,
-            capacity: int,
-            shared: dict[str, Any] | None = None,
-        ) -> None:
-            super().__init__(capacity)
-            self.shared = shared if shared is not None else {}
-            # the keys stored transposed ([groups, kv, d, P], contiguous): the per-step
-            # q @ k^T then reads them in order (~15% faster than a transposed view on CPU)
-            self.prefix_keys_t = prefix_keys.transpose(-1, -2).contiguous()
-            self.prefix_values = prefix_values
-            self.prefix_len = prefix_keys.shape[-2]
-            self.group_of_row = group_of_row
-            if "slots" not in self.shared:  # the same for every layer of the cache: once
-                self.shared["slots"] = _row_slots(group_of_row, prefix_keys.shape[0])
-            self.slot_of_row, self.slot_rows = self.shared["slots"]
-            batch, kv_heads = len(group_of_row), prefix_keys.shape[1]
-            self.lazy_initialization(  # empty suffix buffers of ``capacity`` positions per row
-                prefix_keys.new_empty((batch, kv_heads, 0, prefix_keys.shape[-1])),
-                prefix_values.new_empty((batch, kv_heads, 0, prefix_values.shape[-1])),
-            )
+    def joined(self) -> tuple[torch.Tensor, torch.Tensor]:
+        """Prefix and suffix as one ``[batch, kv, P + S, d]`` pair (the slow fallback)."""
+        prefix_keys = self.prefix_keys_t.transpose(-1, -2)
+        keys = torch.cat([prefix_keys[self.group_of_row], self.keys], dim=-2)
+        values = torch.cat([self.prefix_values[self.group_of_row], self.values], dim=-2)
+        return keys, values
 
-        def joined(self) -> tuple[Any, Any]:
-            """Prefix and suffix as one ``[batch, kv, P + S, d]`` pair (the slow fallback)."""
-            prefix_keys = self.prefix_keys_t.transpose(-1, -2)
-            keys = torch.cat([prefix_keys[self.group_of_row], self.keys], dim=-2)
-            values = torch.cat([self.prefix_values[self.group_of_row], self.values], dim=-2)
-            return keys, values
+    def get_seq_length(self) -> int:
+        return self.prefix_len + self.length
 
-        def get_seq_length(self) -> int:
-            return self.prefix_len + self.length
+    def _unsupported(self, *args: object, **kwargs: object) -> None:
+        raise NotImplementedError(
+            "the cascade KV cache supports plain sampling and greedy decoding only"
+        )
 
-        def _unsupported(self, *args: Any, **kwargs: Any) -> None:
-            raise NotImplementedError(
-                "the cascade KV cache supports plain sampling and greedy decoding only"
-            )
+    crop = batch_repeat_interleave = batch_select_indices = reorder_cache = _unsupported
 
-        crop = batch_repeat_interleave = batch_select_indices = reorder_cache = _unsupported
-
-        def reset(self) -> None:
-            self.length = 0
-            self._expose()
-
-    _LAYER_CLASS = _CascadeLayer
-    return _LAYER_CLASS
+    def reset(self) -> None:
+        self.length = 0
+        self._expose()

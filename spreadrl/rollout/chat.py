@@ -34,10 +34,11 @@ from __future__ import annotations
 
 import json
 import logging
-import weakref
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from typing import Any
+
+from transformers import PreTrainedTokenizerBase
 
 from spreadrl.errors import SpreadrlError
 
@@ -159,13 +160,13 @@ FALLBACK = ChatFormat(
 HERMES_TOOL_RESPONSE = ("<tool_response>\n", "\n</tool_response>")
 
 
-def hermes_tool_call(name: Any, arguments: Any) -> str:
+def hermes_tool_call(name: object, arguments: object) -> str:
     """A tool call as Hermes text (what Qwen3 models write), for scripted and remote policies."""
     payload = json.dumps({"name": name, "arguments": arguments}, ensure_ascii=False)
     return f"{FALLBACK.tool_call_open}\n{payload}\n{FALLBACK.tool_call_close}"
 
 
-def qwen3_coder_tool_call(name: Any, arguments: Any) -> str:
+def qwen3_coder_tool_call(name: str, arguments: dict[str, object] | None) -> str:
     """A tool call as qwen3_coder text: ``<function=NAME>`` with one ``<parameter=KEY>`` per argument.
 
     Written the way Qwen3-Coder's chat template renders ``tool_calls``: strings
@@ -181,7 +182,9 @@ def qwen3_coder_tool_call(name: Any, arguments: Any) -> str:
     return "\n".join(lines)
 
 
-def render_tool_call(name: Any, arguments: Any, call_format: str = "hermes") -> str:
+def render_tool_call(
+    name: str, arguments: dict[str, object] | None, call_format: str = "hermes"
+) -> str:
     """A tool call in ``call_format`` (``hermes`` or ``qwen3_coder``), as a model writes it."""
     if call_format == "qwen3_coder":
         return qwen3_coder_tool_call(name, arguments)
@@ -202,7 +205,9 @@ class ChatTemplateError(SpreadrlError):
     """The tokenizer's chat template does not render turns in a shape rollouts can append to."""
 
 
-def _render(tokenizer: Any, messages: list[dict[str, Any]], generation_prompt: bool) -> str:
+def _render(
+    tokenizer: PreTrainedTokenizerBase, messages: list[dict[str, Any]], generation_prompt: bool
+) -> str:
     try:
         return tokenizer.apply_chat_template(
             messages, tokenize=False, add_generation_prompt=generation_prompt
@@ -223,7 +228,9 @@ def _after(text: str, marker: str, what: str) -> str:
     return text[at + len(marker) :]
 
 
-def _tool_call_markers(tokenizer: Any, header: str, stop_text: str) -> tuple[str, str] | None:
+def _tool_call_markers(
+    tokenizer: PreTrainedTokenizerBase, header: str, stop_text: str
+) -> tuple[str, str] | None:
     """(open, close) around a Hermes-style JSON call, as the template renders ``tool_calls``."""
     call = {"type": "function", "function": {"name": _TOOL, "arguments": {"probe": 1}}}
     messages = [*_PROMPT, {"role": "assistant", "content": "", "tool_calls": [call]}]
@@ -249,7 +256,7 @@ def _tool_call_markers(tokenizer: Any, header: str, stop_text: str) -> tuple[str
     return (opening, closing) if opening and closing else None
 
 
-def derive_chat_format(tokenizer: Any) -> ChatFormat:
+def derive_chat_format(tokenizer: PreTrainedTokenizerBase) -> ChatFormat:
     """Render the tokenizer's chat template with probe messages and read off its format.
 
     Raises :class:`ChatTemplateError` (naming what is missing) for a template
@@ -327,30 +334,52 @@ def derive_chat_format(tokenizer: Any) -> ChatFormat:
     )
 
 
-_CACHE: weakref.WeakKeyDictionary[Any, tuple[str, ChatFormat]] = weakref.WeakKeyDictionary()
+def chat_format(tokenizer: PreTrainedTokenizerBase | None) -> ChatFormat:
+    """The chat format of ``tokenizer``, derived anew on each call; :data:`FALLBACK` without one.
 
-
-def chat_format(tokenizer: Any) -> ChatFormat:
-    """The chat format of ``tokenizer`` (cached per tokenizer and template); :data:`FALLBACK` without one."""
+    Deriving renders the template several times, so whoever starts a set of
+    episodes derives it once, in an :class:`EpisodeChat`, and carries that."""
     if tokenizer is None:
         return FALLBACK
-    template = getattr(tokenizer, "chat_template", None)
-    if not template:
+    if not getattr(tokenizer, "chat_template", None):
         return _fallback_with_ids(tokenizer)
-    key = template if isinstance(template, str) else json.dumps(template, sort_keys=True)
-    try:
-        cached = _CACHE.get(tokenizer)
-    except TypeError:  # not weak-referenceable: derive every time
-        return derive_chat_format(tokenizer)
-    if cached is not None and cached[0] == key:
-        return cached[1]
     fmt = derive_chat_format(tokenizer)
     log.debug("chat format of %s: %s", getattr(tokenizer, "name_or_path", "?"), fmt)
-    _CACHE[tokenizer] = (key, fmt)
     return fmt
 
 
-def _fallback_with_ids(tokenizer: Any) -> ChatFormat:
+@dataclass(frozen=True)
+class EpisodeChat:
+    """A tokenizer and its chat format, derived once for a set of episodes and carried down.
+
+    The caller that starts episodes (GRPO's rollouts, eval, serve, the demo)
+    builds it with :meth:`of`; the loop renders prompts and appends tool
+    responses through it, so the template is read once, not at every turn."""
+
+    tokenizer: PreTrainedTokenizerBase
+    fmt: ChatFormat
+
+    @classmethod
+    def of(cls, tokenizer: PreTrainedTokenizerBase) -> EpisodeChat:
+        """``tokenizer`` with the format read off its chat template (:func:`chat_format`)."""
+        return cls(tokenizer, chat_format(tokenizer))
+
+    def prompt_ids(
+        self, messages: Sequence[dict[str, Any]], tools: Sequence[dict[str, Any]] | None
+    ) -> list[int]:
+        """:func:`render_prompt_ids` with this tokenizer."""
+        return render_prompt_ids(self.tokenizer, messages, tools)
+
+    def tool_response_ids(self, observations: Sequence[str]) -> list[int]:
+        """:func:`tool_response_ids` with this tokenizer and format."""
+        return tool_response_ids(self.tokenizer, observations, self.fmt)
+
+    def assistant_end_ids(self) -> list[int]:
+        """:func:`assistant_end_ids` of this format."""
+        return assistant_end_ids(self.fmt)
+
+
+def _fallback_with_ids(tokenizer: PreTrainedTokenizerBase) -> ChatFormat:
     """:data:`FALLBACK` with this tokenizer's stop ids (its ``<|im_end|>``, then its eos)."""
     ids: list[int] = []
     for token in (FALLBACK.stop_text, getattr(tokenizer, "eos_token", None)):
@@ -368,7 +397,9 @@ def _fallback_with_ids(tokenizer: Any) -> ChatFormat:
 
 
 def render_prompt_ids(
-    tokenizer: Any, messages: Sequence[dict[str, Any]], tools: Sequence[dict[str, Any]] | None
+    tokenizer: PreTrainedTokenizerBase,
+    messages: Sequence[dict[str, Any]],
+    tools: Sequence[dict[str, Any]] | None,
 ) -> list[int]:
     """Ids of ``messages`` rendered by the tokenizer's chat template, ending in the generation prompt."""
     text = tokenizer.apply_chat_template(
@@ -385,7 +416,9 @@ def tool_response_text(observations: Sequence[str], fmt: ChatFormat = FALLBACK) 
     return fmt.tool_response_text(observations)
 
 
-def tool_response_ids(tokenizer: Any, observations: Sequence[str]) -> list[int]:
+def tool_response_ids(
+    tokenizer: PreTrainedTokenizerBase, observations: Sequence[str], fmt: ChatFormat
+) -> list[int]:
     """Ids to append after an assistant turn that ended with its stop token.
 
     One wrapper holding every observation (one per tool call of the turn, in
@@ -393,14 +426,14 @@ def tool_response_ids(tokenizer: Any, observations: Sequence[str]) -> list[int]:
     """
     if not observations:
         raise ValueError("tool_response_ids needs at least one observation")
-    text = chat_format(tokenizer).tool_response_text(observations)
+    text = fmt.tool_response_text(observations)
     return list(tokenizer.encode(text, add_special_tokens=False))
 
 
-def assistant_end_ids(tokenizer: Any) -> list[int]:
+def assistant_end_ids(fmt: ChatFormat) -> list[int]:
     """Ids that close an assistant turn the sampler cut short (length limit): the stop token.
 
     The rollout loop appends these with mask 0, so the context stays a
     well-formed conversation and :func:`tool_response_ids` can follow.
     """
-    return list(chat_format(tokenizer).stop_ids[:1])
+    return list(fmt.stop_ids[:1])

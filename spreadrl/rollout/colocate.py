@@ -37,7 +37,7 @@ Under FSDP each full tensor is gathered when it is sent; vLLM serves the merged
 function the trainer computes and never sees a LoRA adapter.
 
 Under torchrun every rank has its own engine, in its own process, on the rank's
-GPU (:class:`spreadrl.rollout.vllm_policy.EngineSettings` ``local_rank``), and
+GPU (:class:`spreadrl.rollout.vllm_policy.VLLMPolicy` ``local_rank``), and
 every rank is the sender to its own engine: vLLM's trainer-side ipc engine
 all-gathers the handles of all ranks over the default process group and the
 sender ships the merged ``{GPU UUID: handle}`` map
@@ -58,14 +58,28 @@ import shutil
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING
+
+import torch
+
+from spreadrl.rollout.vllm_policy import VLLMPolicy
+
+if TYPE_CHECKING:  # vLLM is the gpu extra: imported when a sync is built, never here
+    from vllm import LLM
+    from vllm.distributed.weight_transfer.base import (
+        ParamMeta,
+        TrainerWeightTransferEngine,
+        WeightSource,
+    )
 
 SHARD_BYTES = 1 << 30
 """FilesSync writes shards of about this size, each moved to the CPU on its own, so
 the export holds one shard beside the model rather than a second copy of it."""
 
 
-def export_weights(model: Any, dtype: Any = None) -> Iterator[tuple[str, Any]]:
+def export_weights(
+    model: torch.nn.Module, dtype: torch.dtype | None = None
+) -> Iterator[tuple[str, torch.Tensor]]:
     """(name, full tensor) pairs in the base model's naming, as vLLM's loader expects.
 
     ``dtype`` is the engine's (its copy is always in its own dtype, whatever the
@@ -91,7 +105,9 @@ def export_weights(model: Any, dtype: Any = None) -> Iterator[tuple[str, Any]]:
         yield _base_name(name), value
 
 
-def export_metadata(model: Any, dtype: Any = None) -> list[tuple[str, Any, tuple[int, ...]]]:
+def export_metadata(
+    model: torch.nn.Module, dtype: torch.dtype | None = None
+) -> list[tuple[str, torch.dtype, tuple[int, ...]]]:
     """(name, dtype, full shape) of what :func:`export_weights` yields, without
     gathering or merging anything (a DTensor reports its global shape)."""
     return [
@@ -100,16 +116,16 @@ def export_metadata(model: Any, dtype: Any = None) -> list[tuple[str, Any, tuple
     ]
 
 
-def _full(tensor: Any) -> Any:
+def _full(tensor: torch.Tensor) -> torch.Tensor:
     full = getattr(tensor, "full_tensor", None)  # an FSDP2 shard: gathered here
     return full() if full is not None else tensor
 
 
-def _is_peft(model: Any) -> bool:
+def _is_peft(model: torch.nn.Module) -> bool:
     return hasattr(model, "merge_adapter") and hasattr(model, "unmerge_adapter")
 
 
-def _exported_state(model: Any, peft: bool) -> Iterator[tuple[str, Any]]:
+def _exported_state(model: torch.nn.Module, peft: bool) -> Iterator[tuple[str, torch.Tensor]]:
     """Every tensor of ``state_dict`` under its base-model name, tied ones under each
     of their names (see :func:`export_weights`), LoRA's own tensors left out."""
     for name, tensor in model.state_dict().items():
@@ -118,7 +134,7 @@ def _exported_state(model: Any, peft: bool) -> Iterator[tuple[str, Any]]:
         yield name, tensor
 
 
-def _lora_layers(model: Any) -> dict[str, Any]:
+def _lora_layers(model: torch.nn.Module) -> dict[str, torch.nn.Module]:
     """``<module>.base_layer.weight`` -> the LoRA layer that adds to it, for layers
     with an active, unmerged adapter."""
     layers = {}
@@ -133,8 +149,9 @@ def _lora_layers(model: Any) -> dict[str, Any]:
     return layers
 
 
-def _lora_delta(layer: Any) -> Any:
-    """``scale * B @ A`` of every active adapter of a LoRA linear layer, in float32.
+def _lora_delta(layer: torch.nn.Module) -> torch.Tensor:
+    """``scale * B @ A`` of every active adapter of a LoRA linear layer, in float32
+    (:func:`_lora_layers` keeps only layers with at least one).
 
     Raises:
         NotImplementedError: for adapter variants this does not compute (DoRA).
@@ -168,76 +185,74 @@ class EngineClient:
     the offline ``LLM`` takes the same calls wrapped in request dicts
     (``RLOfflineMixin``) and fans them out to its workers by method name."""
 
-    def __init__(self, llm: Any) -> None:
+    def __init__(self, llm: LLM) -> None:
         self.llm = llm
 
-    def init_weight_transfer_engine(self, init_info: dict[str, Any]) -> None:
+    def init_weight_transfer_engine(self, init_info: dict[str, object]) -> None:
         self.llm.init_weight_transfer_engine(request={"init_info": init_info})
 
     def start_weight_update(self) -> None:
         self.llm.start_weight_update()
 
-    def update_weights(self, update_info: Any) -> None:
+    def update_weights(self, update_info: dict[str, object]) -> None:
         self.llm.update_weights(request={"update_info": update_info})
 
     def finish_weight_update(self, weight_version: str | None = None) -> None:
         self.llm.finish_weight_update(weight_version=weight_version)
 
 
-def weight_source(model: Any, dtype: Any = None) -> Any:
+def weight_source(model: torch.nn.Module, dtype: torch.dtype | None = None) -> WeightSource:
     """A ``vllm.distributed.weight_transfer.WeightSource`` over the trainer's model:
     what :func:`export_weights` yields. vLLM 0.33 asks a source for ``metadata`` (a
     cached property) and ``iter_full()``; 0.32 for ``metadata()`` and iteration."""
     from vllm.distributed.weight_transfer import ParamMeta, WeightSource
 
-    def meta(module: Any) -> list[Any]:
+    def meta(module: torch.nn.Module) -> list[ParamMeta]:
         return [ParamMeta(name=n, dtype=d, shape=s) for n, d, s in export_metadata(module, dtype)]
 
     if "iter_full" in vars(WeightSource):  # 0.33
 
         class PolicySource(WeightSource):
-            def __init__(self, module: Any) -> None:
+            def __init__(self, module: torch.nn.Module) -> None:
                 self.module = module
 
             @functools.cached_property
-            def metadata(self) -> list[Any]:
+            def metadata(self) -> list[ParamMeta]:
                 return meta(self.module)
 
-            def iter_full(self) -> Iterator[tuple[str, Any]]:
+            def iter_full(self) -> Iterator[tuple[str, torch.Tensor]]:
                 return export_weights(self.module, dtype)
 
     else:  # 0.32
 
         class PolicySource(WeightSource):  # type: ignore[no-redef]
-            def __init__(self, module: Any) -> None:
+            def __init__(self, module: torch.nn.Module) -> None:
                 self.module = module
 
-            def metadata(self) -> list[Any]:
+            def metadata(self) -> list[ParamMeta]:
                 return meta(self.module)
 
-            def __iter__(self) -> Iterator[tuple[str, Any]]:
+            def __iter__(self) -> Iterator[tuple[str, torch.Tensor]]:
                 return export_weights(self.module, dtype)
 
     return PolicySource(model)
 
 
-def engine_dtype(policy: Any) -> Any:
+def engine_dtype(policy: VLLMPolicy) -> torch.dtype | None:
     """The torch dtype the engine was built with, or None for "auto" (no cast)."""
-    import torch
-
-    name = getattr(getattr(policy, "settings", None), "dtype", "auto")
+    name = policy.dtype
     return None if name in (None, "auto") else getattr(torch, name)
 
 
 class IPCSync:
     """Weights through vLLM's weight-transfer engine, ``ipc`` backend (one CUDA GPU)."""
 
-    def __init__(self, policy: Any, *, packed: bool = True) -> None:
+    def __init__(self, policy: VLLMPolicy, *, packed: bool = True) -> None:
         self.policy = policy
         self.packed = packed  # stream through a bounded buffer, not one copy of every tensor
-        self.sender: Any = None
+        self.sender: TrainerWeightTransferEngine | None = None
 
-    def _connect(self, model: Any) -> Any:
+    def _connect(self, model: torch.nn.Module) -> TrainerWeightTransferEngine:
         """The trainer-side ipc engine, built on first use: it records the CUDA device
         current at that moment, which is the trainer's once the model is placed."""
         from vllm.distributed.weight_transfer import WeightTransferTrainerFactory
@@ -255,7 +270,7 @@ class IPCSync:
             info, client=EngineClient(self.policy.llm), source=source
         )
 
-    def send(self, model: Any) -> None:
+    def send(self, model: torch.nn.Module) -> None:
         if self.sender is None:
             self.sender = self._connect(model)
         self.sender.send_weights()
@@ -274,18 +289,20 @@ class FilesSync:
     """Weights as safetensors shards in a shared-memory folder, reloaded in place by
     every worker of the engine (vLLM's ``reload_weights``); runs wherever vLLM runs."""
 
-    def __init__(self, policy: Any, *, root: str | None = None, shard_bytes: int = SHARD_BYTES):
+    def __init__(
+        self, policy: VLLMPolicy, *, root: str | None = None, shard_bytes: int = SHARD_BYTES
+    ) -> None:
         self.policy = policy
         self.root = root or shared_memory_root()
         self.shard_bytes = shard_bytes
 
-    def write(self, model: Any, folder: Path) -> list[Path]:
+    def write(self, model: torch.nn.Module, folder: Path) -> list[Path]:
         """The export as shards ``model-00001.safetensors``...; vLLM's loader reads every
         ``*.safetensors`` of a folder that has no index."""
         from safetensors.torch import save_file
 
         shards: list[Path] = []
-        pending: dict[str, Any] = {}
+        pending: dict[str, torch.Tensor] = {}
         size = 0
 
         def flush() -> None:
@@ -307,7 +324,7 @@ class FilesSync:
         flush()
         return shards
 
-    def send(self, model: Any) -> None:
+    def send(self, model: torch.nn.Module) -> None:
         folder = Path(tempfile.mkdtemp(prefix="spreadrl-weights-", dir=self.root))
         try:
             self.write(model, folder)
@@ -323,16 +340,18 @@ class ColocatedRollouts:
     """Drives a VLLMPolicy's sleep/wake cycle and weight sync around each step's rollouts."""
 
     def __init__(
-        self, policy: Any, *, sleep_level: int = 2, packed: bool = True, sync: str = "ipc"
+        self, policy: VLLMPolicy, *, sleep_level: int = 2, packed: bool = True, sync: str = "ipc"
     ) -> None:
         self.policy = policy
         self.sleep_level = sleep_level
         if sync not in SYNCS:
             raise ValueError(f"weight sync must be one of {sorted(SYNCS)}, got {sync!r}")
-        self.sync = IPCSync(policy, packed=packed) if sync == "ipc" else FilesSync(policy)
+        self.sync: IPCSync | FilesSync = (
+            IPCSync(policy, packed=packed) if sync == "ipc" else FilesSync(policy)
+        )
         self.syncs = 0
 
-    def before_rollouts(self, model: Any) -> None:
+    def before_rollouts(self, model: torch.nn.Module) -> None:
         """Load the trainer's current weights into the engine and wake it for generation."""
         asleep = self.policy.sleeping
         if asleep:

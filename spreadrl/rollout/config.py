@@ -1,15 +1,17 @@
 """The ``rollout`` section of a recipe: sampling, budgets and the engine, defined once.
 
-Training (``spreadrl grpo``), evaluation (``spreadrl eval --config``) and the
-demo read this one section, so their defaults cannot drift apart; the agent
-loop's :class:`~spreadrl.rollout.episode.RolloutSettings` is built from it by
-:meth:`RolloutSettings.from_config` and takes its defaults from here.
+Training (``spreadrl grpo``), evaluation (``spreadrl eval --config``), serving
+and the demo hand this one section to the agent loop
+(:func:`spreadrl.rollout.runner.run_episodes`), which reads it as it is, so
+their defaults cannot drift apart. A generation request's
+:class:`~spreadrl.rollout.types.SamplingParams` is built from it by
+:func:`~spreadrl.rollout.types.sampling_params`.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Literal
+from typing import Literal, get_args, get_type_hints
 
 from spreadrl.config import Section, option
 from spreadrl.errors import ConfigError
@@ -97,6 +99,10 @@ class RolloutConfig(Section):
     )
 
     def validate(self) -> None:
+        # YAML is checked against the Literal types on loading; a section built in code
+        # (serve, tests) is checked here, where the loop would otherwise meet the typo
+        for name in _CHOICES:
+            _check_choice(self, name)
         if self.group_size < 2:
             raise ConfigError(
                 f"rollout.group_size must be at least 2 for GRPO, got {self.group_size}"
@@ -124,3 +130,24 @@ class RolloutConfig(Section):
             raise ConfigError(
                 f"rollout.episode_wall_time_s must be positive, got {self.episode_wall_time_s}"
             )
+
+
+_CHOICES = (
+    "backend",
+    "weight_sync",
+    "extra_calls",
+    "calls_in_reasoning",
+    "tool_call_format",
+    "prompt_source",
+    "scheduler",
+)
+
+
+def _check_choice(cfg: RolloutConfig, name: str) -> None:
+    """``rollout.NAME`` is one of the choices its ``Literal`` type allows."""
+    choices = get_args(get_type_hints(RolloutConfig)[name])
+    value = getattr(cfg, name)
+    if value not in choices:
+        raise ConfigError(
+            f"unknown rollout.{name} {value!r}; choose one of {', '.join(map(str, choices))}"
+        )

@@ -15,21 +15,17 @@ import logging
 import time
 from collections.abc import Sequence
 from concurrent.futures import Future
-from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Protocol
+from dataclasses import dataclass
+from typing import Any, Protocol
 
 from spreadrl.data.task import Task
-from spreadrl.env.types import EpisodeResult, Observation, StepResult
-from spreadrl.errors import ConfigError
+from spreadrl.env.types import EpisodeResult, Observation, StepResult, ToolCall
+from spreadrl.rollout.chat import FALLBACK, EpisodeChat
 from spreadrl.rollout.config import RolloutConfig
-from spreadrl.rollout.types import EndReason, PolicyTurn, SamplingParams, Trajectory
-
-if TYPE_CHECKING:
-    from spreadrl.rollout.parsing import ParsedTurn
+from spreadrl.rollout.parsing import ParsedTurn, parse_assistant_turn
+from spreadrl.rollout.types import EndReason, PolicyTurn, RunValues, Trajectory
 
 log = logging.getLogger(__name__)
-
-SCHEDULERS = ("auto", "turn", "episode")
 
 
 class EnvPoolLike(Protocol):
@@ -37,83 +33,11 @@ class EnvPoolLike(Protocol):
 
     def reset(self, episode_id: str, task: Task, case: int) -> Future[Observation]: ...
 
-    def step(self, episode_id: str, call: Any) -> Future[StepResult]: ...
+    def step(self, episode_id: str, call: ToolCall) -> Future[StepResult]: ...
 
-    def finish(self, episode_id: str, **kwargs: Any) -> Future[EpisodeResult]: ...
-
-
-_DEFAULTS = RolloutConfig()
-
-
-def _default_sampling() -> SamplingParams:
-    return SamplingParams(
-        _DEFAULTS.temperature, _DEFAULTS.top_p, _DEFAULTS.top_k, _DEFAULTS.max_new_tokens_per_turn
-    )
-
-
-@dataclass(frozen=True)
-class RolloutSettings:
-    """Budgets and sampling for one batch of episodes, as the loop reads them.
-
-    Built from a recipe's ``rollout`` section by :meth:`from_config`; its
-    defaults are that section's defaults, so training, eval and serving agree.
-    """
-
-    sampling: SamplingParams = field(default_factory=_default_sampling)
-    max_turns: int = _DEFAULTS.max_turns
-    max_response_tokens: int = _DEFAULTS.max_response_tokens
-    max_tool_response_tokens: int = _DEFAULTS.max_tool_response_tokens
-    max_calls_per_turn: int = _DEFAULTS.max_calls_per_turn
-    # loop parity with Spreadsheet-RL (docs/tools.md): what happens past the caps, where a
-    # long tool response is cut, a call inside the reasoning, the tool-call format
-    max_tool_response_chars: int = _DEFAULTS.max_tool_response_chars
-    extra_calls: str = _DEFAULTS.extra_calls
-    max_serial_calls: int = _DEFAULTS.max_serial_calls
-    calls_in_reasoning: str = _DEFAULTS.calls_in_reasoning
-    tool_call_format: str = _DEFAULTS.tool_call_format
-    max_prompt_tokens: int = 0  # 0 = no limit; longer prompts end at once, untrained
-    # the model's context length (0 = unknown): no turn is asked past it; run_episodes
-    # reads it from the policy (max_position_embeddings) when left at 0
-    max_context_tokens: int = 0
-    episode_wall_time_s: float = _DEFAULTS.episode_wall_time_s
-    system_prompt: str = _DEFAULTS.system_prompt
-    prompt_source: str = _DEFAULTS.prompt_source
-    keep_outputs_dir: str | None = None
-    # "turn": one batched generation per round, every episode waits for the slowest;
-    # "episode": each episode's next turn is queued as soon as its tools return
-    # (needs a policy with submit/poll, i.e. vLLM); "auto" picks "episode" when it can
-    scheduler: str = _DEFAULTS.scheduler
-
-    def __post_init__(self) -> None:
-        if self.scheduler not in SCHEDULERS:
-            raise ConfigError(
-                f"unknown rollout scheduler {self.scheduler!r}; choose one of {', '.join(SCHEDULERS)}"
-            )
-
-    @classmethod
-    def from_config(
-        cls, cfg: RolloutConfig, *, seed: int | None = None, max_prompt_tokens: int = 0
-    ) -> RolloutSettings:
-        """The loop's settings from a recipe's ``rollout`` section (the one translation)."""
-        return cls(
-            sampling=SamplingParams(
-                cfg.temperature, cfg.top_p, cfg.top_k, cfg.max_new_tokens_per_turn, seed
-            ),
-            max_turns=cfg.max_turns,
-            max_response_tokens=cfg.max_response_tokens,
-            max_tool_response_tokens=cfg.max_tool_response_tokens,
-            max_calls_per_turn=cfg.max_calls_per_turn,
-            max_tool_response_chars=cfg.max_tool_response_chars,
-            extra_calls=cfg.extra_calls,
-            max_serial_calls=cfg.max_serial_calls,
-            calls_in_reasoning=cfg.calls_in_reasoning,
-            tool_call_format=cfg.tool_call_format,
-            max_prompt_tokens=max_prompt_tokens,
-            episode_wall_time_s=cfg.episode_wall_time_s,
-            system_prompt=cfg.system_prompt,
-            prompt_source=cfg.prompt_source,
-            scheduler=cfg.scheduler,
-        )
+    def finish(
+        self, episode_id: str, *, final_answer: str | None = None, output_path: str | None = None
+    ) -> Future[EpisodeResult]: ...
 
 
 @dataclass(frozen=True)
@@ -176,7 +100,7 @@ class EpisodeState:
         self.traj.stop_reason = reason
 
 
-def opening_messages(task: Task, obs: Observation, settings: RolloutSettings) -> list[dict]:
+def opening_messages(task: Task, obs: Observation, cfg: RolloutConfig) -> list[dict]:
     """The episode's first messages: the task's own chat, or the recipe's prompt.
 
     With ``prompt_source="task"`` a task that brings a chat (``metadata.prompt``,
@@ -184,10 +108,10 @@ def opening_messages(task: Task, obs: Observation, settings: RolloutSettings) ->
     checkpoint trained on those rows sees them unchanged; otherwise the system
     prompt (the environment's own, else the recipe's), then the instruction.
     """
-    given = task.metadata.get("prompt") if settings.prompt_source == "task" else None
+    given = task.metadata.get("prompt") if cfg.prompt_source == "task" else None
     if given:
         return [dict(message) for message in given]
-    system = obs.info.get("system_prompt") or settings.system_prompt
+    system = obs.info.get("system_prompt") or cfg.system_prompt
     return [{"role": "system", "content": system}, {"role": "user", "content": user_message(obs)}]
 
 
@@ -202,28 +126,26 @@ def take_turn(
     state: EpisodeState,
     turn: PolicyTurn,
     pool: EnvPoolLike,
-    settings: RolloutSettings,
-    token_level: bool,
-    tokenizer: Any,
+    cfg: RolloutConfig,
+    chat: EpisodeChat | None,
 ) -> list[Future[StepResult] | str]:
     """Record a sampled turn and start its tool calls; the episode ends on a plain answer.
 
-    Returns what the turn's observations will come from, one per call in
+    ``chat`` is the token-level policy's tokenizer and chat format (None for a
+    message-level policy: its text is read in :data:`~spreadrl.rollout.chat.FALLBACK`'s
+    format). Returns what the turn's observations will come from, one per call in
     order: tool futures, error strings for calls that could not be parsed, and
     "not run" strings for calls past the serial or parallel cap."""
-    from spreadrl.rollout.chat import chat_format
-    from spreadrl.rollout.parsing import parse_assistant_turn
-
-    _record_turn(state, turn, token_level, tokenizer)
+    _record_turn(state, turn, chat)
     parsed = parse_assistant_turn(
         turn.text,
         state.tool_names,
-        max_calls=settings.max_calls_per_turn,
-        fmt=chat_format(tokenizer if token_level else None),
-        call_format=settings.tool_call_format,
+        max_calls=cfg.max_calls_per_turn,
+        fmt=chat.fmt if chat is not None else FALLBACK,
+        call_format=cfg.tool_call_format,
         schemas=state.tools,
-        calls_in_reasoning=settings.calls_in_reasoning,  # type: ignore[arg-type]
-        extra_calls=settings.extra_calls,  # type: ignore[arg-type]
+        calls_in_reasoning=cfg.calls_in_reasoning,
+        extra_calls=cfg.extra_calls,
     )
     record_parsed_turn(state.traj.metadata, len(state.traj.messages) - 1, parsed)
     if parsed.errors:
@@ -231,7 +153,7 @@ def take_turn(
         return [f"Error: {e}" for e in parsed.errors]
     if parsed.tool_calls:
         run, held = parsed.tool_calls, []
-        cap = settings.max_serial_calls
+        cap = cfg.max_serial_calls
         if cap and any(call.name not in state.parallel_safe for call in run):
             run, held = run[:cap], run[cap:]
         state.traj.tool_calls += len(run)
@@ -243,7 +165,7 @@ def take_turn(
             "(max_serial_calls); send this call again in a later turn"
         ] * len(held)
         items += [
-            f"Error: not run: at most {settings.max_calls_per_turn} calls run per turn "
+            f"Error: not run: at most {cfg.max_calls_per_turn} calls run per turn "
             "(max_calls_per_turn); send this call again in a later turn"
         ] * parsed.extra_calls
         return items
@@ -256,8 +178,8 @@ def record_parsed_turn(metadata: dict[str, Any], index: int, parsed: ParsedTurn)
 
     Keyed by the message's index (as ``cell_changes`` is): its ``content`` without
     reasoning and calls, its ``reasoning_content``, the well-formed ``tool_calls`` and
-    the parse ``errors`` (a turn with errors runs none of its calls). The split used the chat format read off the tokenizer's template,
-    which a page cannot know (a thinking template opens the reasoning block in the
+    the parse ``errors`` (a turn with errors runs none of its calls). The split used
+    the chat format read off the tokenizer's template, which a page cannot know (a thinking template opens the reasoning block in the
     prompt, so the sampled text has no opening marker); the message itself stays as
     the template renders it.
     """
@@ -272,13 +194,13 @@ def record_parsed_turn(metadata: dict[str, Any], index: int, parsed: ParsedTurn)
 def take_observations(
     state: EpisodeState,
     items: list[Future[StepResult] | str],
-    settings: RolloutSettings,
-    token_level: bool,
-    tokenizer: Any,
+    cfg: RolloutConfig,
+    run: RunValues,
+    chat: EpisodeChat | None,
 ) -> None:
     """Append a turn's tool results (waiting for them) and apply the episode budgets."""
     observations: list[str] = []
-    changes: list[Any] = []  # cells each call changed (env info), for run viewers
+    changes: list[object] = []  # cells each call changed (env info), for run viewers
     for item in items:
         if isinstance(item, str):
             observations.append(item)
@@ -297,28 +219,28 @@ def take_observations(
         if result.truncated:
             state.end(EndReason.MAX_TOOL_CALLS)
     first = len(state.traj.messages)
-    _record_observations(state, observations, settings, token_level, tokenizer)
+    _record_observations(state, observations, cfg, chat)
     for offset, changed in enumerate(changes):
         if changed:  # keyed by the index of the tool message it belongs to
             state.traj.metadata.setdefault("cell_changes", {})[str(first + offset)] = changed
-    check_budgets(state, settings)
+    check_budgets(state, cfg, run)
 
 
-def episode_room(state: EpisodeState, settings: RolloutSettings) -> int:
+def episode_room(state: EpisodeState, cfg: RolloutConfig, run: RunValues) -> int:
     """Tokens left in this episode's budget; a longer turn is clipped to it.
 
     The response budget, and never past the model's context length when the
-    settings know it (``max_context_tokens``): a turn that would run past the
+    run knows it (``max_context_tokens``): a turn that would run past the
     model's positions is cut before it is asked for."""
-    room = settings.max_response_tokens - len(state.traj.response_ids)
-    if settings.max_context_tokens:
-        room = min(room, settings.max_context_tokens - len(state.context_ids))
+    room = cfg.max_response_tokens - len(state.traj.response_ids)
+    if run.max_context_tokens:
+        room = min(room, run.max_context_tokens - len(state.context_ids))
     return room
 
 
-def turn_budget(state: EpisodeState, settings: RolloutSettings) -> int:
+def turn_budget(state: EpisodeState, cfg: RolloutConfig, run: RunValues) -> int:
     """Tokens to ask the policy for in this episode's next turn."""
-    return max(1, min(settings.sampling.max_new_tokens, episode_room(state, settings)))
+    return max(1, min(cfg.max_new_tokens_per_turn, episode_room(state, cfg, run)))
 
 
 def clip_turn(turn: PolicyTurn, room: int) -> PolicyTurn:
@@ -331,10 +253,16 @@ def clip_turn(turn: PolicyTurn, room: int) -> PolicyTurn:
 
 
 def start_episodes(
-    pool: EnvPoolLike, jobs: Sequence[EpisodeJob], settings: RolloutSettings, tokenizer: Any
+    pool: EnvPoolLike,
+    jobs: Sequence[EpisodeJob],
+    cfg: RolloutConfig,
+    run: RunValues,
+    chat: EpisodeChat | None,
 ) -> list[EpisodeState]:
-    from spreadrl.rollout.chat import render_prompt_ids
+    """Reset an environment for each job and render its opening prompt (ids with ``chat``).
 
+    A prompt over the run's prompt budget, or one that leaves the model no room,
+    ends its episode at once (untrained)."""
     futures = [pool.reset(job.episode_id, job.task, job.case) for job in jobs]
     states = []
     for job, future in zip(jobs, futures, strict=True):
@@ -357,32 +285,28 @@ def start_episodes(
             state.end(EndReason.ERROR)
             states.append(state)
             continue
-        traj.messages.extend(opening_messages(job.task, obs, settings))
+        traj.messages.extend(opening_messages(job.task, obs, cfg))
         names = [t["function"]["name"] for t in obs.tool_schemas]
         traj.tools = list(obs.tool_schemas)
-        if tokenizer is not None:
-            traj.prompt_ids = render_prompt_ids(tokenizer, traj.messages, obs.tool_schemas)
+        if chat is not None:
+            traj.prompt_ids = chat.prompt_ids(traj.messages, obs.tool_schemas)
         state = EpisodeState(job, traj, names, obs.tool_schemas)
         state.parallel_safe = frozenset(obs.info.get("parallel_safe_tools") or ())
-        too_long = settings.max_prompt_tokens and len(traj.prompt_ids) > settings.max_prompt_tokens
-        no_room = (
-            settings.max_context_tokens and len(traj.prompt_ids) >= settings.max_context_tokens
-        )
+        too_long = run.max_prompt_tokens and len(traj.prompt_ids) > run.max_prompt_tokens
+        no_room = run.max_context_tokens and len(traj.prompt_ids) >= run.max_context_tokens
         if too_long or no_room:
             state.end(EndReason.PROMPT_TOO_LONG)
         states.append(state)
     return states
 
 
-def _record_turn(state: EpisodeState, turn: PolicyTurn, token_level: bool, tokenizer: Any) -> None:
-    from spreadrl.rollout.chat import assistant_end_ids, chat_format
-
-    fmt = chat_format(tokenizer if token_level else None)
+def _record_turn(state: EpisodeState, turn: PolicyTurn, chat: EpisodeChat | None) -> None:
+    fmt = chat.fmt if chat is not None else FALLBACK
     state.turns_taken += 1
     traj = state.traj
     traj.turns += 1
     text = turn.text
-    if token_level and turn.token_ids is not None:
+    if chat is not None and turn.token_ids is not None:
         if turn.version is not None:  # asynchronous GRPO: which weights sampled these tokens
             traj.response_versions.extend(
                 [-1] * (len(traj.response_ids) - len(traj.response_versions))
@@ -394,11 +318,13 @@ def _record_turn(state: EpisodeState, turn: PolicyTurn, token_level: bool, token
         lps = turn.logprobs or [0.0] * len(turn.token_ids)
         traj.rollout_logprobs.extend(lps)
         if turn.finish_reason != "stop":
-            closing = assistant_end_ids(tokenizer)
+            closing = chat.assistant_end_ids()
             traj.response_ids.extend(closing)
             traj.response_mask.extend([0] * len(closing))
             traj.rollout_logprobs.extend([0.0] * len(closing))
-        text = fmt.strip_end_markers(tokenizer.decode(turn.token_ids, skip_special_tokens=False))
+        text = fmt.strip_end_markers(
+            chat.tokenizer.decode(turn.token_ids, skip_special_tokens=False)
+        )
     # reasoning as reasoning_content, so re-rendering with the template gives the sampled text
     traj.messages.append(fmt.assistant_message(text))
     turn.text = text
@@ -418,67 +344,58 @@ def _cut_middle(text: str, limit: int) -> str:
     return text[:half] + marker + text[len(text) - half :]
 
 
-def _truncate_observation(text: str, settings: RolloutSettings, tokenizer: Any) -> str:
-    text = _cut_middle(text, settings.max_tool_response_chars)
-    limit = settings.max_tool_response_tokens
+def _truncate_observation(text: str, cfg: RolloutConfig, chat: EpisodeChat | None) -> str:
+    text = _cut_middle(text, cfg.max_tool_response_chars)
+    limit = cfg.max_tool_response_tokens
     marker = "\n...[truncated: tool response over the token budget]"
-    if tokenizer is None:
+    if chat is None:
         return text if len(text) <= 4 * limit else text[: 4 * limit] + marker
-    ids = tokenizer.encode(text, add_special_tokens=False)
-    return text if len(ids) <= limit else tokenizer.decode(ids[:limit]) + marker
+    ids = chat.tokenizer.encode(text, add_special_tokens=False)
+    return text if len(ids) <= limit else chat.tokenizer.decode(ids[:limit]) + marker
 
 
 def _record_observations(
-    state: EpisodeState,
-    observations: list[str],
-    settings: RolloutSettings,
-    token_level: bool,
-    tokenizer: Any,
+    state: EpisodeState, observations: list[str], cfg: RolloutConfig, chat: EpisodeChat | None
 ) -> None:
-    from spreadrl.rollout.chat import tool_response_ids
-
-    observations = [
-        _truncate_observation(o, settings, tokenizer if token_level else None) for o in observations
-    ]
+    observations = [_truncate_observation(o, cfg, chat) for o in observations]
     for obs in observations:
         state.traj.messages.append({"role": "tool", "content": obs})
-    if token_level:
-        ids = tool_response_ids(tokenizer, observations)
+    if chat is not None:
+        ids = chat.tool_response_ids(observations)
         state.traj.response_ids.extend(ids)
         state.traj.response_mask.extend([0] * len(ids))
         state.traj.rollout_logprobs.extend([0.0] * len(ids))
 
 
-def check_budgets(state: EpisodeState, settings: RolloutSettings) -> None:
+def check_budgets(state: EpisodeState, cfg: RolloutConfig, run: RunValues) -> None:
     """The episode's budgets, all in one place: turns, tokens, context, wall clock.
 
     (Tool calls are the environment's budget: it answers the call that spends
     them with ``truncated=True``, and :func:`take_observations` ends the episode.)"""
     if state.done:
         return
-    if state.turns_taken >= settings.max_turns:
+    if state.turns_taken >= cfg.max_turns:
         state.end(EndReason.MAX_TURNS)
-    elif len(state.traj.response_ids) >= settings.max_response_tokens:
+    elif len(state.traj.response_ids) >= cfg.max_response_tokens:
         state.end(EndReason.MAX_RESPONSE_TOKENS)
-    elif settings.max_context_tokens and len(state.context_ids) >= settings.max_context_tokens:
+    elif run.max_context_tokens and len(state.context_ids) >= run.max_context_tokens:
         state.end(EndReason.MAX_CONTEXT_TOKENS)
-    elif state.elapsed_s() > settings.episode_wall_time_s:
+    elif state.elapsed_s() > cfg.episode_wall_time_s:
         state.end(EndReason.WALL_TIME)
 
 
-def finish_episode(
-    pool: EnvPoolLike, state: EpisodeState, settings: RolloutSettings
-) -> Future[EpisodeResult]:
+def finish_episode(pool: EnvPoolLike, state: EpisodeState, run: RunValues) -> Future[EpisodeResult]:
+    """Score the episode (its final answer), keeping the workbook where the run says."""
     final = next(
         (m["content"] for m in reversed(state.traj.messages) if m["role"] == "assistant"), None
     )
-    kwargs: dict[str, Any] = {"final_answer": final}
-    if settings.keep_outputs_dir is not None:
-        out = f"{settings.keep_outputs_dir}/{state.task.output_name(state.case)}"
-        if state.job.sample:
-            out = f"{settings.keep_outputs_dir}/sample{state.job.sample}/{state.task.output_name(state.case)}"
-        kwargs["output_path"] = out
-    return pool.finish(state.job.episode_id, **kwargs)
+    if run.keep_outputs_dir is None:
+        return pool.finish(state.job.episode_id, final_answer=final)
+    name = state.task.output_name(state.case)
+    out = f"{run.keep_outputs_dir}/{name}"
+    if state.job.sample:
+        out = f"{run.keep_outputs_dir}/sample{state.job.sample}/{name}"
+    return pool.finish(state.job.episode_id, final_answer=final, output_path=out)
 
 
 def apply_result(state: EpisodeState, future: Future[EpisodeResult]) -> None:
@@ -507,7 +424,7 @@ def apply_result(state: EpisodeState, future: Future[EpisodeResult]) -> None:
     traj.timings["wall_s"] = state.elapsed_s()
 
 
-def _jsonable(value: Any) -> Any:
+def _jsonable(value: object) -> str | int | float | bool | None:
     if value is None or isinstance(value, str | int | float | bool):
         return value
     return str(value)

@@ -25,9 +25,19 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import Sequence
-from typing import Any
+
+import torch
+from transformers import (
+    DynamicCache,
+    LogitsProcessor,
+    LogitsProcessorList,
+    PreTrainedModel,
+    PreTrainedTokenizerBase,
+)
+from transformers.cache_utils import Cache, DynamicLayer
 
 from spreadrl.rollout.cascade import cascade_attention, cascade_cache, is_cascade_cache
+from spreadrl.rollout.chat import chat_format
 from spreadrl.rollout.kv_cache import PreallocatedLayer, cache_name, output_cache
 from spreadrl.rollout.sampling import SampledLogprobs
 from spreadrl.rollout.types import PolicyTurn, SamplingParams
@@ -41,8 +51,8 @@ class HFPolicy:
 
     def __init__(
         self,
-        model: Any,
-        tokenizer: Any,
+        model: PreTrainedModel,
+        tokenizer: PreTrainedTokenizerBase,
         *,
         max_batch_size: int = 64,
         share_prefill: bool = True,
@@ -61,7 +71,7 @@ class HFPolicy:
         )
 
     @property
-    def device(self) -> Any:
+    def device(self) -> torch.device:
         return next(self.model.parameters()).device
 
     def act(
@@ -89,8 +99,6 @@ class HFPolicy:
         params: SamplingParams,
         seeds: Sequence[int | None] | None = None,
     ) -> list[PolicyTurn]:
-        import torch
-
         if not contexts:
             return []
         width = max(len(c) for c in contexts)
@@ -107,13 +115,14 @@ class HFPolicy:
             params.top_k if sample else 0,
             params.top_p if sample else 1.0,
         )
-        kwargs: dict[str, Any] = {
+        processors = _processor_list(recorder)
+        kwargs: dict[str, object] = {
             "do_sample": sample,
             "max_new_tokens": params.max_new_tokens,
             "eos_token_id": self.stop_ids,
             "pad_token_id": self.pad_id,
             "return_dict_in_generate": True,
-            "logits_processor": _processor_list(recorder),
+            "logits_processor": processors,
             # under torchrun, generation runs with FSDP's parameters gathered
             # (train.distributed.gathered_params): no collectives, so ranks may generate
             # different numbers of times (refill rounds, multi-turn episodes). transformers'
@@ -127,7 +136,7 @@ class HFPolicy:
         if sample and seeds is not None and all(s is not None for s in seeds):
             # each row draws in its own processor stream, after the recorder's processing;
             # generate then takes the one token left standing (greedy, no shared stream)
-            kwargs["logits_processor"].append(_row_sampler([int(s) for s in seeds]))  # type: ignore[arg-type]
+            processors.append(_row_sampler([int(s) for s in seeds]))
             kwargs.update(do_sample=False, temperature=None, top_k=None, top_p=None)
         was_training = self.model.training
         self.model.eval()
@@ -169,7 +178,7 @@ class HFPolicy:
             )
         return turns
 
-    def _new_cache(self, capacity: int) -> Any:
+    def _new_cache(self, capacity: int) -> DynamicCache | None:
         """An empty KV cache for ``generate``: preallocated to ``capacity`` positions per layer
         when ``preallocate_cache`` is on and every layer is a plain full-attention layer,
         else None (``generate`` then makes its own growing cache)."""
@@ -177,12 +186,9 @@ class HFPolicy:
             return None
         return self._plain_cache(capacity)
 
-    def _plain_cache(self, capacity: int) -> Any:
+    def _plain_cache(self, capacity: int) -> DynamicCache | None:
         """A preallocated cache, or None unless every layer is a plain full-attention layer
         (sliding-window, linear-attention or unknown layers: transformers' own cache)."""
-        from transformers import DynamicCache
-        from transformers.cache_utils import DynamicLayer
-
         cache = DynamicCache(config=self.model.config)
         if not cache.layers or any(type(layer) is not DynamicLayer for layer in cache.layers):
             return None
@@ -192,11 +198,11 @@ class HFPolicy:
     def _shared_prefill(
         self,
         contexts: Sequence[Sequence[int]],
-        input_ids: Any,
-        attention: Any,
+        input_ids: torch.Tensor,
+        attention: torch.Tensor,
         capacity: int = 0,
         new_tokens: int = 0,
-    ) -> Any:
+    ) -> Cache | None:
         """A KV cache of all but the last context token, computed once per distinct context.
 
         None when every context differs (``generate`` then prefills as usual).
@@ -206,8 +212,6 @@ class HFPolicy:
         contexts' rows, in batch order. ``generate`` runs only the last token of each
         context on it.
         """
-        import torch
-
         first: dict[tuple[int, ...], int] = {}
         inverse = [first.setdefault(tuple(c), len(first)) for c in contexts]
         if not self.share_prefill or len(first) == len(contexts) or input_ids.shape[1] < 2:
@@ -234,27 +238,23 @@ class HFPolicy:
         return cache
 
 
-def _processor_list(recorder: SampledLogprobs) -> Any:
+def _processor_list(recorder: SampledLogprobs) -> LogitsProcessorList:
     """``recorder`` as the one custom logits processor of ``generate``."""
-    from transformers import LogitsProcessor, LogitsProcessorList
 
     class Recorder(LogitsProcessor):
-        def __call__(self, input_ids: Any, scores: Any) -> Any:
+        def __call__(self, input_ids: torch.LongTensor, scores: torch.Tensor) -> torch.Tensor:
             return recorder(input_ids, scores)
 
     return LogitsProcessorList([Recorder()])
 
 
-def _row_sampler(seeds: Sequence[int]) -> Any:
+def _row_sampler(seeds: Sequence[int]) -> LogitsProcessor:
     """A logits processor that draws row i's token from the (processed) distribution with a
     generator seeded ``seeds[i]`` and leaves only that token possible."""
-    import torch
-    from transformers import LogitsProcessor
-
     generators = [torch.Generator().manual_seed(s) for s in seeds]
 
     class RowSampler(LogitsProcessor):
-        def __call__(self, input_ids: Any, scores: Any) -> Any:
+        def __call__(self, input_ids: torch.LongTensor, scores: torch.Tensor) -> torch.Tensor:
             probs = torch.softmax(scores.float(), dim=-1).cpu()
             # torch.multinomial(p, 1, generator=g) is argmax(p / q) with q ~ Exp(1) drawn
             # from g (its one-sample path); the draws stay per row, the rest runs batched
@@ -269,8 +269,6 @@ def _row_sampler(seeds: Sequence[int]) -> Any:
     return RowSampler()
 
 
-def stop_token_ids(tokenizer: Any) -> list[int]:
+def stop_token_ids(tokenizer: PreTrainedTokenizerBase) -> list[int]:
     """End-of-turn ids: the chat template's turn end (Qwen's ``<|im_end|>``), then the eos."""
-    from spreadrl.rollout.chat import chat_format
-
     return list(chat_format(tokenizer).stop_ids)

@@ -16,17 +16,16 @@ import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import Future
 from dataclasses import dataclass, replace
-from typing import Any, cast
+from typing import cast
 
 from spreadrl.env.types import EpisodeResult
 from spreadrl.errors import ConfigError
-from spreadrl.rollout.config import DEFAULT_SYSTEM_PROMPT  # noqa: F401  (re-exported)
+from spreadrl.rollout.chat import EpisodeChat
+from spreadrl.rollout.config import DEFAULT_SYSTEM_PROMPT, RolloutConfig  # noqa: F401
 from spreadrl.rollout.episode import (  # noqa: F401  (re-exported: the loop's public records)
-    SCHEDULERS,
     EnvPoolLike,
     EpisodeJob,
     EpisodeState,
-    RolloutSettings,
     apply_result,
     clip_turn,
     episode_room,
@@ -38,8 +37,14 @@ from spreadrl.rollout.episode import (  # noqa: F401  (re-exported: the loop's p
     user_message,
 )
 from spreadrl.rollout.policy import MessagePolicy, Policy, TokenPolicy, is_token_level
-from spreadrl.rollout.streaming import run_streaming
-from spreadrl.rollout.types import PolicyTurn, Trajectory, derive_seed
+from spreadrl.rollout.streaming import StreamingPolicy, run_streaming
+from spreadrl.rollout.types import (  # noqa: F401  (RunValues re-exported)
+    PolicyTurn,
+    RunValues,
+    Trajectory,
+    derive_seed,
+    sampling_params,
+)
 
 log = logging.getLogger(__name__)
 
@@ -56,17 +61,27 @@ def run_episodes(
     policy: Policy,
     pool: EnvPoolLike,
     jobs: Sequence[EpisodeJob],
-    settings: RolloutSettings,
-    tokenizer: Any = None,
+    cfg: RolloutConfig,
+    chat: EpisodeChat | None = None,
     *,
+    run: RunValues | None = None,
     on_episode_done: Callable[[Trajectory], None] | None = None,
 ) -> RolloutBatch:
-    """Run ``jobs`` to completion with ``policy`` acting in ``pool``'s environments."""
+    """Run ``jobs`` to completion with ``policy`` acting in ``pool``'s environments.
+
+    ``cfg`` is the recipe's ``rollout`` section, read as it is; ``run`` holds
+    this call's values that are no setting (seed, prompt and context limits,
+    where workbooks are kept); ``chat`` (the tokenizer and its chat format,
+    built once by whoever starts the episodes) is needed by token-level
+    policies and unused by message-level ones."""
+    run = run or RunValues()
     token_level = is_token_level(policy)
-    if token_level and tokenizer is None:
-        raise ValueError("a token-level policy needs the tokenizer")
-    if token_level and not settings.max_context_tokens:
-        settings = replace(settings, max_context_tokens=context_limit(policy))
+    if token_level and chat is None:
+        raise ValueError("a token-level policy needs the tokenizer's EpisodeChat")
+    if not token_level:
+        chat = None  # a message-level policy's text is parsed in the fallback format
+    if token_level and not run.max_context_tokens:
+        run = replace(run, max_context_tokens=context_limit(policy))
     ids = [job.episode_id for job in jobs]
     if len(set(ids)) != len(ids):
         dup = next(i for i in ids if ids.count(i) > 1)
@@ -75,36 +90,38 @@ def run_episodes(
         )
     timings = {"reset_s": 0.0, "generate_s": 0.0, "tools_s": 0.0, "finish_s": 0.0}
     t0 = time.perf_counter()
-    states = start_episodes(pool, jobs, settings, tokenizer if token_level else None)
+    states = start_episodes(pool, jobs, cfg, run, chat)
     timings["reset_s"] = time.perf_counter() - t0
     finishing: list[tuple[EpisodeState, Future[EpisodeResult]]] = []
 
     active = [s for s in states if not s.done]
     for s in states:
         if s.done:
-            finishing.append((s, finish_episode(pool, s, settings)))
-    if active and _use_episode_scheduler(policy, settings, token_level):
-        run_streaming(policy, pool, active, settings, tokenizer, timings, finishing)
+            finishing.append((s, finish_episode(pool, s, run)))
+    if active and _use_episode_scheduler(policy, cfg, token_level):
+        assert chat is not None  # the episode scheduler runs token-level policies only
+        streaming = cast(StreamingPolicy, policy)
+        run_streaming(streaming, pool, active, cfg, run, chat, timings, finishing)
         active = []
     while active:
         t0 = time.perf_counter()
-        turns = _generate(policy, active, settings, token_level)
+        turns = _generate(policy, active, cfg, run, token_level)
         timings["generate_s"] += time.perf_counter() - t0
 
         t0 = time.perf_counter()
         pending = [
-            (state, take_turn(state, turn, pool, settings, token_level, tokenizer))
+            (state, take_turn(state, turn, pool, cfg, chat))
             for state, turn in zip(active, turns, strict=True)
         ]
         for state, items in pending:
             if not state.done:
-                take_observations(state, items, settings, token_level, tokenizer)
+                take_observations(state, items, cfg, run, chat)
         timings["tools_s"] += time.perf_counter() - t0
 
         still = []
         for state in active:
             if state.done:
-                finishing.append((state, finish_episode(pool, state, settings)))
+                finishing.append((state, finish_episode(pool, state, run)))
             else:
                 still.append(state)
         active = still
@@ -132,13 +149,13 @@ def context_limit(policy: Policy) -> int:
     return limit if isinstance(limit, int) and limit > 0 else 0
 
 
-def _use_episode_scheduler(policy: Policy, settings: RolloutSettings, token_level: bool) -> bool:
-    if settings.scheduler == "turn":
+def _use_episode_scheduler(policy: Policy, cfg: RolloutConfig, token_level: bool) -> bool:
+    if cfg.scheduler == "turn":
         return False
     streaming = token_level and all(
         callable(getattr(policy, name, None)) for name in ("submit", "poll")
     )
-    if settings.scheduler == "episode" and not streaming:
+    if cfg.scheduler == "episode" and not streaming:
         raise ConfigError(
             "scheduler 'episode' needs a token-level policy with submit/poll "
             f"(the vllm backend); {type(policy).__name__} generates turn by turn"
@@ -147,19 +164,24 @@ def _use_episode_scheduler(policy: Policy, settings: RolloutSettings, token_leve
 
 
 def _generate(
-    policy: Policy, active: list[EpisodeState], settings: RolloutSettings, token_level: bool
+    policy: Policy,
+    active: list[EpisodeState],
+    cfg: RolloutConfig,
+    run: RunValues,
+    token_level: bool,
 ) -> list[PolicyTurn]:
     for state in active:  # an episode's wall clock starts with its first scheduled turn
         state.start_clock()
     if not token_level:
-        return cast(MessagePolicy, policy).act_messages(active, settings.sampling)
+        params = sampling_params(cfg, seed=run.seed)
+        return cast(MessagePolicy, policy).act_messages(active, params)
     policy = cast(TokenPolicy, policy)
-    budget = max(turn_budget(s, settings) for s in active)  # one call, one budget
-    if settings.max_context_tokens:  # the batch is as long as its longest context
+    budget = max(turn_budget(s, cfg, run) for s in active)  # one call, one budget
+    if run.max_context_tokens:  # the batch is as long as its longest context
         longest = max(len(s.context_ids) for s in active)
-        budget = max(1, min(budget, settings.max_context_tokens - longest))
+        budget = max(1, min(budget, run.max_context_tokens - longest))
     contexts = [s.context_ids for s in active]
-    params = replace(settings.sampling, max_new_tokens=budget)
+    params = sampling_params(cfg, seed=run.seed, max_new_tokens=budget)
     if getattr(policy, "seeds_per_context", False):
         # keyed like the episode scheduler's requests: an episode's samples do not
         # depend on which episodes share the batch (or the rank, under torchrun)
@@ -168,5 +190,5 @@ def _generate(
         turns = policy.act(contexts, params, seeds=seeds)  # type: ignore[call-arg]
     else:
         turns = policy.act(contexts, params)
-    rooms = [episode_room(s, settings) for s in active]
+    rooms = [episode_room(s, cfg, run) for s in active]
     return [clip_turn(turn, room) for turn, room in zip(turns, rooms, strict=True)]

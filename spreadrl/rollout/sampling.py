@@ -11,18 +11,17 @@ truncated importance weights compare like with like on every backend.
 
 from __future__ import annotations
 
-from typing import Any
+import torch
+from transformers.generation.logits_process import TopKLogitsWarper, TopPLogitsWarper
 
 
 def process_logits(
-    scores: Any, temperature: float = 1.0, top_k: int = 0, top_p: float = 1.0
-) -> Any:
+    scores: torch.Tensor, temperature: float = 1.0, top_k: int = 0, top_p: float = 1.0
+) -> torch.Tensor:
     """Float32 logits of the sampling distribution: / temperature, top-k, top-p (-inf outside).
 
     ``scores`` is [..., vocab]; temperature <= 0 (greedy) counts as 1.
     """
-    from transformers.generation.logits_process import TopKLogitsWarper, TopPLogitsWarper
-
     shape = scores.shape
     scores = scores.float().reshape(-1, shape[-1])  # the warpers work on [rows, vocab]
     if temperature > 0 and temperature != 1.0:
@@ -47,22 +46,18 @@ class SampledLogprobs:
 
     def __init__(self, temperature: float = 1.0, top_k: int = 0, top_p: float = 1.0) -> None:
         self.temperature, self.top_k, self.top_p = temperature, top_k, top_p
-        self.previous: Any = None  # [batch, vocab] log-probs of the last step
-        self.values: list[Any] = []  # [batch] log-prob of each sampled token, in order
+        self.previous: torch.Tensor | None = None  # [batch, vocab] log-probs of the last step
+        self.values: list[torch.Tensor] = []  # [batch] log-prob of each sampled token, in order
 
-    def __call__(self, input_ids: Any, scores: Any) -> Any:
-        import torch
-
+    def __call__(self, input_ids: torch.LongTensor, scores: torch.Tensor) -> torch.Tensor:
         if self.previous is not None:
             self.values.append(self.previous.gather(-1, input_ids[:, -1:]).squeeze(-1))
         scores = process_logits(scores, self.temperature, self.top_k, self.top_p)
         self.previous = torch.log_softmax(scores, dim=-1)
         return scores
 
-    def logprobs(self, new_tokens: Any) -> Any:
+    def logprobs(self, new_tokens: torch.Tensor) -> torch.Tensor:
         """[batch, steps] log-probs of ``new_tokens`` ([batch, steps], the generated ids)."""
-        import torch
-
         steps = new_tokens.shape[1]
         values = self.values[:steps]  # generate may have run (and undone) extra steps
         if len(values) < steps and self.previous is not None:

@@ -38,14 +38,14 @@ import time
 import uuid
 from collections.abc import Sequence
 from concurrent.futures import FIRST_COMPLETED, Future, wait
-from dataclasses import replace
-from typing import Any, Protocol
+from typing import Protocol
 
 from spreadrl.env.types import EndReason, EpisodeResult, StepResult
+from spreadrl.rollout.chat import EpisodeChat
+from spreadrl.rollout.config import RolloutConfig
 from spreadrl.rollout.episode import (
     EnvPoolLike,
     EpisodeState,
-    RolloutSettings,
     clip_turn,
     episode_room,
     finish_episode,
@@ -53,7 +53,13 @@ from spreadrl.rollout.episode import (
     take_turn,
     turn_budget,
 )
-from spreadrl.rollout.types import PolicyTurn, SamplingParams, derive_seed
+from spreadrl.rollout.types import (
+    PolicyTurn,
+    RunValues,
+    SamplingParams,
+    derive_seed,
+    sampling_params,
+)
 
 IDLE_WAIT_S = (0.001, 0.05)  # first and longest wait after a poll that brought nothing
 
@@ -83,8 +89,9 @@ def run_streaming(
     policy: StreamingPolicy,
     pool: EnvPoolLike,
     active: list[EpisodeState],
-    settings: RolloutSettings,
-    tokenizer: Any,
+    cfg: RolloutConfig,
+    run: RunValues,
+    chat: EpisodeChat,
     timings: dict[str, float],
     finishing: list[tuple[EpisodeState, Future[EpisodeResult]]],
 ) -> None:
@@ -101,19 +108,19 @@ def run_streaming(
 
     def queue_turn(state: EpisodeState) -> None:
         key = f"{state.job.episode_id}#{state.turns_taken}"
-        seed = derive_seed(settings.sampling.seed, key)
-        params = replace(settings.sampling, max_new_tokens=turn_budget(state, settings), seed=seed)
+        seed = derive_seed(run.seed, key)
+        params = sampling_params(cfg, seed=seed, max_new_tokens=turn_budget(state, cfg, run))
         request_id = f"{key}@{batch}"
         if take_started is None:
             state.start_clock()
         policy.submit(request_id, state.context_ids, params)
-        generating[request_id] = (state, episode_room(state, settings))
+        generating[request_id] = (state, episode_room(state, cfg, run))
 
     def end(state: EpisodeState, reason: EndReason | None = None, error: str = "") -> None:
         if reason is not None:
             state.traj.error = error
             state.end(reason)
-        finishing.append((state, finish_episode(pool, state, settings)))
+        finishing.append((state, finish_episode(pool, state, run)))
 
     for state in active:
         queue_turn(state)
@@ -135,7 +142,7 @@ def run_streaming(
                     error = f"the engine aborted generation request {request_id}"
                     end(state, EndReason.ABORTED, error)
                     continue
-                items = take_turn(state, clip_turn(turn, room), pool, settings, True, tokenizer)
+                items = take_turn(state, clip_turn(turn, room), pool, cfg, chat)
                 if state.done:
                     end(state)
                 else:
@@ -151,7 +158,7 @@ def run_streaming(
                 progressed = True
             if holds:  # an engine with work blocks in its own poll: no wait of ours
                 progressed = True
-        late = _past_deadline(generating, settings)
+        late = _past_deadline(generating, cfg)
         if late:
             if abort is not None:
                 abort(late)
@@ -159,13 +166,13 @@ def run_streaming(
                 state, _ = generating.pop(request_id)
                 error = (
                     f"generation request {request_id} had no result within the episode's "
-                    f"wall time ({settings.episode_wall_time_s:g} s)"
+                    f"wall time ({cfg.episode_wall_time_s:g} s)"
                 )
                 end(state, EndReason.WALL_TIME, error)
             progressed = True
         if in_tools:
             t0 = time.perf_counter()
-            in_tools, moved = _collect_tools(in_tools, not generating, settings, tokenizer)
+            in_tools, moved = _collect_tools(in_tools, not generating, cfg, run, chat)
             for state in moved:
                 if state.done:
                     end(state)
@@ -176,14 +183,15 @@ def run_streaming(
         if progressed or not generating:
             idle.reset()
         else:
-            idle.wait(in_tools, _seconds_to_deadline(generating, settings))
+            idle.wait(in_tools, _seconds_to_deadline(generating, cfg))
 
 
 def _collect_tools(
     in_tools: list[tuple[EpisodeState, list[Future[StepResult] | str]]],
     block: bool,
-    settings: RolloutSettings,
-    tokenizer: Any,
+    cfg: RolloutConfig,
+    run: RunValues,
+    chat: EpisodeChat,
 ) -> tuple[list[tuple[EpisodeState, list[Future[StepResult] | str]]], list[EpisodeState]]:
     """Append the observations of episodes whose tools all returned; return (still in
     tools, moved on). ``block``: nothing is generating, so wait until some tool returns."""
@@ -196,7 +204,7 @@ def _collect_tools(
         if any(isinstance(i, Future) and not i.done() for i in items):
             waiting.append((state, items))
             continue
-        take_observations(state, items, settings, True, tokenizer)
+        take_observations(state, items, cfg, run, chat)
         moved.append(state)
     return waiting, moved
 
@@ -223,18 +231,18 @@ class _IdleWait:
 
 
 def _seconds_to_deadline(
-    generating: dict[str, tuple[EpisodeState, int]], settings: RolloutSettings
+    generating: dict[str, tuple[EpisodeState, int]], cfg: RolloutConfig
 ) -> float:
     """Seconds until the first generating episode runs out of wall time."""
-    return settings.episode_wall_time_s - max(state.elapsed_s() for state, _ in generating.values())
+    return cfg.episode_wall_time_s - max(state.elapsed_s() for state, _ in generating.values())
 
 
 def _past_deadline(
-    generating: dict[str, tuple[EpisodeState, int]], settings: RolloutSettings
+    generating: dict[str, tuple[EpisodeState, int]], cfg: RolloutConfig
 ) -> list[str]:
     """Requests whose episode has used up its wall time while they were generating."""
     return [
         request_id
         for request_id, (state, _) in generating.items()
-        if state.elapsed_s() > settings.episode_wall_time_s
+        if state.elapsed_s() > cfg.episode_wall_time_s
     ]

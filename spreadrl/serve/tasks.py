@@ -20,9 +20,14 @@ from collections.abc import Callable
 from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from spreadrl.errors import SpreadrlError
+
+if TYPE_CHECKING:
+    from transformers import PreTrainedTokenizerBase
+
+    from spreadrl.rollout.policy import Policy
 
 log = logging.getLogger(__name__)
 
@@ -107,8 +112,8 @@ class TaskRequest:
 
 
 def run_task(
-    policy: Any,
-    tokenizer: Any,
+    policy: Policy,
+    tokenizer: PreTrainedTokenizerBase | None,
     pool_factory: PoolFactory,
     store: TaskStore,
     upload: bytes,
@@ -121,8 +126,9 @@ def run_task(
     ``progress`` (optional) receives each tool call and its result as they happen,
     for the page's progress view."""
     from spreadrl.data.task import CELL_LEVEL, Task, TaskCase
-    from spreadrl.rollout.runner import EpisodeJob, RolloutSettings, run_episodes
-    from spreadrl.rollout.types import SamplingParams
+    from spreadrl.rollout.chat import EpisodeChat
+    from spreadrl.rollout.config import RolloutConfig
+    from spreadrl.rollout.runner import EpisodeJob, RunValues, run_episodes
 
     task_id, folder = store.new()
     input_path = folder / f"1_{task_id}_input.xlsx"
@@ -138,18 +144,21 @@ def run_task(
         folder=folder,
         source="upload",
     )
-    settings = RolloutSettings(
-        sampling=SamplingParams(temperature=request.temperature, max_new_tokens=request.max_tokens),
+    # the rollout section's defaults, but for what the request and the server say
+    cfg = RolloutConfig(
+        temperature=request.temperature,
+        max_new_tokens_per_turn=request.max_tokens,
         max_turns=request.max_turns,
         max_response_tokens=max_response_tokens,
         episode_wall_time_s=request.timeout_s,
-        keep_outputs_dir=str(folder / "out"),
     )
+    run = RunValues(keep_outputs_dir=str(folder / "out"))
+    chat = EpisodeChat.of(tokenizer) if tokenizer is not None else None
     try:
         with pool_factory(request.preset) as pool:
             if progress is not None:
                 pool = ProgressPool(pool, progress)
-            batch = run_episodes(policy, pool, [EpisodeJob(task)], settings, tokenizer)
+            batch = run_episodes(policy, pool, [EpisodeJob(task)], cfg, chat, run=run)
     finally:
         if progress is not None:
             progress.finish()

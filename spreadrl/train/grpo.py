@@ -17,9 +17,10 @@ from typing import TYPE_CHECKING, Any
 
 from spreadrl.data.task import TaskSet
 from spreadrl.errors import ConfigError
+from spreadrl.rollout.chat import EpisodeChat
 from spreadrl.rollout.hf_policy import HFPolicy
 from spreadrl.rollout.policy import Policy
-from spreadrl.rollout.runner import EnvPoolLike, EpisodeJob, RolloutSettings, run_episodes
+from spreadrl.rollout.runner import EnvPoolLike, EpisodeJob, RunValues, run_episodes
 from spreadrl.rollout.types import Trajectory
 from spreadrl.train.async_steps import AsyncSteps, check_async, decoupled, start_async
 from spreadrl.train.batching import MIN_SHARED_PREFIX, Sample
@@ -45,10 +46,9 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 
-def rollout_settings(cfg: GRPOConfig, seed: int) -> RolloutSettings:
-    return RolloutSettings.from_config(
-        cfg.rollout, seed=seed, max_prompt_tokens=cfg.data.max_prompt_tokens
-    )
+def rollout_run(cfg: GRPOConfig, seed: int) -> RunValues:
+    """What a rollout round runs with beside ``cfg.rollout``: its seed and the prompt budget."""
+    return RunValues(seed=seed, max_prompt_tokens=cfg.data.max_prompt_tokens)
 
 
 def update_settings(cfg: GRPOConfig, compute_dtype: str = "float32") -> UpdateSettings:
@@ -143,6 +143,7 @@ def collect_rollouts(
     from spreadrl.train.advantages import group_advantages, nonconstant_groups
 
     G = cfg.rollout.group_size
+    chat = EpisodeChat.of(tokenizer)  # the step's episode sets share one chat format
     info = info or DistInfo()
     want = cfg.rollout.prompts_per_step // info.world_size  # divisible: check_world_size
     mode = cfg.sampling.mode
@@ -165,9 +166,8 @@ def collect_rollouts(
             for i, (tid, case) in enumerate(prompts)
             for g in range(G)
         ]
-        batch = run_episodes(
-            policy, pool, jobs, rollout_settings(cfg, seed * 1000 + rounds), tokenizer
-        )
+        run = rollout_run(cfg, seed * 1000 + rounds)
+        batch = run_episodes(policy, pool, jobs, cfg.rollout, chat, run=run)
         for k, v in batch.timings.items():
             timings[k] = timings.get(k, 0.0) + v
         rewards, parts = score_groups(batch.trajectories, G, reward_cfg)
@@ -552,11 +552,13 @@ def build_rollout_policy(
     batch = cfg.rollout.group_size * cfg.rollout.prompts_per_step
     if cfg.rollout.backend == "vllm":
         from spreadrl.rollout.colocate import ColocatedRollouts
-        from spreadrl.rollout.vllm_policy import EngineSettings, VLLMPolicy, resolve_weight_sync
+        from spreadrl.rollout.vllm_policy import VLLMPolicy, resolve_weight_sync
 
         sync = resolve_weight_sync(cfg.rollout.weight_sync)
-        settings = EngineSettings(
-            max_model_len=cfg.data.max_prompt_tokens + cfg.rollout.max_response_tokens,
+        max_model_len = cfg.data.max_prompt_tokens + cfg.rollout.max_response_tokens
+        engine = VLLMPolicy(
+            cfg.model.name_or_path,
+            max_model_len=max_model_len,
             gpu_memory_utilization=cfg.rollout.vllm_gpu_memory_utilization,
             enable_sleep_mode=True,
             seed=cfg.seed + info.rank,
@@ -564,16 +566,14 @@ def build_rollout_policy(
             weight_transfer=sync,
             # under torchrun: one engine per rank, in its own process on the rank's GPU
             local_rank=info.local_rank if info.enabled else None,
-        )
-        engine = VLLMPolicy(
-            cfg.model.name_or_path, settings, stop_token_ids=stop_token_ids(tokenizer)
+            stop_token_ids=stop_token_ids(tokenizer),
         )
         from spreadrl.train.plan import engine_capacity_line, engine_kv_tokens
 
         line = engine_capacity_line(
             engine_kv_tokens(engine.llm),
-            settings.max_model_len or 0,
-            settings.gpu_memory_utilization,
+            max_model_len,
+            cfg.rollout.vllm_gpu_memory_utilization,
         )
         log.info(line)
         if info.is_main:

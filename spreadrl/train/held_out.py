@@ -11,11 +11,14 @@ figures go to ``metrics.jsonl`` as ``eval/*``. Kept small on purpose
 from __future__ import annotations
 
 import time
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
+
+from transformers import PreTrainedTokenizerBase
 
 from spreadrl.data.task import TaskSet
+from spreadrl.rollout.chat import EpisodeChat
 from spreadrl.rollout.policy import Policy
-from spreadrl.rollout.runner import EnvPoolLike, EpisodeJob, RolloutSettings, run_episodes
+from spreadrl.rollout.runner import EnvPoolLike, EpisodeJob, RunValues, run_episodes
 from spreadrl.train.config import GRPOConfig
 from spreadrl.train.distributed import DistInfo, all_reduce, gathered_params, rank_slice
 from spreadrl.train.precision import compute_context, compute_dtype
@@ -47,7 +50,7 @@ def held_out_jobs(tasks: TaskSet, cfg: GRPOConfig) -> list[EpisodeJob]:
 def held_out_eval(
     policy: Policy,
     pool: EnvPoolLike,
-    tokenizer: Any,
+    tokenizer: PreTrainedTokenizerBase,
     tasks: TaskSet,
     cfg: GRPOConfig,
     step: int,
@@ -63,15 +66,13 @@ def held_out_eval(
     info = info or DistInfo()
     start = time.perf_counter()
     jobs = rank_slice(held_out_jobs(tasks, cfg), info)
-    settings = RolloutSettings.from_config(
-        cfg.rollout, seed=cfg.seed * 7919 + step, max_prompt_tokens=cfg.data.max_prompt_tokens
-    )
+    run = RunValues(seed=cfg.seed * 7919 + step, max_prompt_tokens=cfg.data.max_prompt_tokens)
     if colocated is not None:  # the engine gets the weights the update just made
         colocated.before_rollouts(model)
     own = colocated is None  # a colocated engine generates with its own (bf16) copy
     compute = compute_dtype(cfg.model.dtype, info.device) if own else "float32"
     with gathered_params(model, enabled=own), compute_context(model, compute):
-        batch = run_episodes(policy, pool, jobs, settings, tokenizer)
+        batch = run_episodes(policy, pool, jobs, cfg.rollout, EpisodeChat.of(tokenizer), run=run)
     if colocated is not None:
         colocated.after_rollouts()
     trajs = batch.trajectories

@@ -10,10 +10,14 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+
+from transformers import PreTrainedTokenizerBase
 
 from spreadrl.data.task import TaskSet
-from spreadrl.rollout.runner import EpisodeJob, RolloutSettings, run_episodes
+from spreadrl.rollout.chat import EpisodeChat
+from spreadrl.rollout.config import RolloutConfig
+from spreadrl.rollout.policy import Policy
+from spreadrl.rollout.runner import EnvPoolLike, EpisodeJob, RunValues, run_episodes
 from spreadrl.train.sft_data import trajectories_to_sft_rows
 
 
@@ -28,21 +32,24 @@ class SFTBuildReport:
 
 def build_sft_data(
     tasks: TaskSet,
-    policy: Any,
-    pool: Any,
-    settings: RolloutSettings,
+    policy: Policy,
+    pool: EnvPoolLike,
+    cfg: RolloutConfig,
     out: Path,
     *,
-    tokenizer: Any = None,
+    run: RunValues | None = None,
+    tokenizer: PreTrainedTokenizerBase | None = None,
     samples: int = 1,
     max_chars: int | None = None,
     batch_size: int = 64,
 ) -> SFTBuildReport:
     """Write ``out`` (JSONL of {messages, tools, task_id, case}); return what was kept."""
     jobs = [EpisodeJob(t, c, s) for t, c in tasks.episodes() for s in range(samples)]
+    chat = EpisodeChat.of(tokenizer) if tokenizer is not None else None
     trajectories = []
     for start in range(0, len(jobs), batch_size):
-        batch = run_episodes(policy, pool, jobs[start : start + batch_size], settings, tokenizer)
+        chunk = jobs[start : start + batch_size]
+        batch = run_episodes(policy, pool, chunk, cfg, chat, run=run)
         trajectories.extend(batch.trajectories)
     rows = trajectories_to_sft_rows(trajectories)
     dropped = 0

@@ -57,7 +57,7 @@ def encode_conversation(
         role = message["role"]
         if role == "assistant":
             if pending_tools:
-                segment = tool_response_ids(tokenizer, pending_tools)
+                segment = tool_response_ids(tokenizer, pending_tools, fmt)
                 ids += segment
                 mask += [0] * len(segment)
                 pending_tools = []

@@ -5,7 +5,8 @@ from __future__ import annotations
 from spreadrl.env.cell_changes import CellChangeTracker, diff, snapshot
 from spreadrl.env.episode import SpreadsheetEnv
 from spreadrl.env.factory import make_env_pool
-from spreadrl.rollout.runner import EpisodeJob, RolloutSettings, run_episodes
+from spreadrl.rollout.config import RolloutConfig
+from spreadrl.rollout.runner import EpisodeJob, run_episodes
 from spreadrl.rollout.scripted import format_tool_call
 from spreadrl.rollout.types import PolicyTurn
 from tests.env.gym_helpers import make_ctx, make_task, revenue_answer
@@ -88,7 +89,7 @@ def test_the_trajectory_keys_changes_by_tool_message(tmp_path):
     ]
     with make_env_pool("full") as pool:
         (traj,) = run_episodes(
-            ListPolicy(script), pool, [EpisodeJob(task)], RolloutSettings()
+            ListPolicy(script), pool, [EpisodeJob(task)], RolloutConfig()
         ).trajectories
     roles = [m["role"] for m in traj.messages]
     assert roles == ["system", "user", "assistant", "tool", "assistant", "tool", "assistant"]

@@ -25,7 +25,8 @@ from spreadrl.env.pool import InlineEnvPool
 from spreadrl.env.sandbox import SandboxLimits, SandboxResult
 from spreadrl.env.types import ToolCall
 from spreadrl.errors import ConfigError, SpreadrlError, TaskFormatError
-from spreadrl.rollout.runner import EpisodeJob, RolloutSettings, run_episodes
+from spreadrl.rollout.config import RolloutConfig
+from spreadrl.rollout.runner import EpisodeJob, run_episodes
 from spreadrl.rollout.scripted import format_tool_call
 from spreadrl.rollout.types import PolicyTurn
 from tests.rollout.fakes import make_task as make_spreadsheet_task
@@ -272,7 +273,7 @@ def test_end_to_end_through_run_episodes():
     wrong = make_problem_task("sq2", "Same as sq.", kind="math", answer="386")
     policy.scripts["sq2"] = policy.scripts["sq"]
     jobs = [EpisodeJob(MATH_TASK), EpisodeJob(CODE_TASK), EpisodeJob(wrong)]
-    settings = RolloutSettings(system_prompt=CODE_SYSTEM_PROMPT, max_turns=4)
+    settings = RolloutConfig(system_prompt=CODE_SYSTEM_PROMPT, max_turns=4)
     pool = InlineEnvPool(functools.partial(CodeEnv, FAST))
     out = run_episodes(policy, pool, jobs, settings)
     math_traj, code_traj, wrong_traj = out.trajectories

@@ -12,7 +12,7 @@ from spreadrl.cli.main import app
 from spreadrl.data.sources import resolve_tasks
 from spreadrl.data.task import TaskSet
 from spreadrl.eval.runner import run_eval
-from spreadrl.rollout.runner import RolloutSettings
+from spreadrl.rollout.config import RolloutConfig
 from spreadrl.rollout.scripted import format_tool_call
 from spreadrl.rollout.types import PolicyTurn
 from tests.rollout.fakes import FakePool, make_task
@@ -46,7 +46,7 @@ def test_the_report_counts_generated_tokens_of_a_token_level_policy(tiny_model, 
     policy = CountingPolicy(tok, [call, "Done."])
     tasks = TaskSet(Path("."), [make_task()])
     report = run_eval(
-        tasks, policy, FakePool(), RolloutSettings(), tmp_path, tokenizer=tok, progress=False
+        tasks, policy, FakePool(), RolloutConfig(), tmp_path, tokenizer=tok, progress=False
     )
     assert report["episodes"] == 1 and report["pass@1"] == 1.0
     assert report["mean_generated_tokens"] == policy.sampled > 0
@@ -112,12 +112,7 @@ def test_eval_without_a_recipe_uses_the_training_defaults(tmp_path):
     defaults = RolloutConfig()
     assert recorded["rollout"]["max_turns"] == defaults.max_turns
     assert recorded["rollout"]["max_tool_response_tokens"] == defaults.max_tool_response_tokens
-    settings = RolloutSettings()
-    assert (
-        settings.max_turns,
-        settings.max_tool_response_tokens,
-        settings.sampling.max_new_tokens,
-    ) == (defaults.max_turns, defaults.max_tool_response_tokens, defaults.max_new_tokens_per_turn)
+    assert recorded["rollout"]["max_new_tokens_per_turn"] == defaults.max_new_tokens_per_turn
 
 
 def test_eval_compare_still_dispatches_beside_the_overrides(tmp_path):

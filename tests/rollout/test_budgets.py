@@ -9,9 +9,11 @@ from types import SimpleNamespace
 import pytest
 
 from spreadrl.env.types import EndReason
-from spreadrl.rollout.runner import EpisodeJob, RolloutSettings, context_limit, run_episodes
+from spreadrl.rollout.chat import EpisodeChat
+from spreadrl.rollout.config import RolloutConfig
+from spreadrl.rollout.runner import EpisodeJob, context_limit, run_episodes
 from spreadrl.rollout.scripted import format_tool_call
-from spreadrl.rollout.types import PolicyTurn, SamplingParams
+from spreadrl.rollout.types import PolicyTurn
 from tests.rollout.fakes import FakePool, make_task
 
 
@@ -40,12 +42,18 @@ class BudgetPolicy:
 def test_no_turn_is_asked_past_the_models_context_length(tiny_model):
     _, tok = tiny_model
     probe = BudgetPolicy(tok)
-    run_episodes(probe, FakePool(), [EpisodeJob(make_task())], RolloutSettings(max_turns=1), tok)
+    run_episodes(
+        probe,
+        FakePool(),
+        [EpisodeJob(make_task())],
+        RolloutConfig(max_turns=1),
+        EpisodeChat.of(tok),
+    )
     prompt = probe.asked[0][0]
     limit = prompt + 60  # room for a turn or two, not for sixteen
     policy = BudgetPolicy(tok, max_context_tokens=limit)
-    settings = RolloutSettings(sampling=SamplingParams(max_new_tokens=1024), max_turns=16)
-    out = run_episodes(policy, FakePool(), [EpisodeJob(make_task())], settings, tok)
+    settings = RolloutConfig(max_new_tokens_per_turn=1024, max_turns=16)
+    out = run_episodes(policy, FakePool(), [EpisodeJob(make_task())], settings, EpisodeChat.of(tok))
     t = out.trajectories[0]
     assert all(context + budget <= limit for context, budget in policy.asked)
     assert t.turns < 16  # it ended once the context was full (the last observation may overfill it)
@@ -61,8 +69,10 @@ def test_context_limit_reads_the_policy_or_its_model():
 
 def test_the_wall_clock_budget_ends_the_episode(tiny_model):
     _, tok = tiny_model
-    settings = RolloutSettings(episode_wall_time_s=1e-9, max_turns=5)
-    out = run_episodes(BudgetPolicy(tok), FakePool(), [EpisodeJob(make_task())], settings, tok)
+    settings = RolloutConfig(episode_wall_time_s=1e-9, max_turns=5)
+    out = run_episodes(
+        BudgetPolicy(tok), FakePool(), [EpisodeJob(make_task())], settings, EpisodeChat.of(tok)
+    )
     t = out.trajectories[0]
     assert t.turns == 1 and t.stop_reason == EndReason.WALL_TIME
     assert not t.stop_reason.terminated and t.stop_reason.truncated
@@ -77,7 +87,9 @@ def test_answered_is_terminated_and_the_env_reward_is_kept_apart(tiny_model):
             ids = [*self.tokenizer.encode("Done.", add_special_tokens=False), end]
             return [PolicyTurn("Done.", ids, None, "stop") for _ in contexts]
 
-    out = run_episodes(Answers(tok), FakePool(), [EpisodeJob(make_task())], RolloutSettings(), tok)
+    out = run_episodes(
+        Answers(tok), FakePool(), [EpisodeJob(make_task())], RolloutConfig(), EpisodeChat.of(tok)
+    )
     t = out.trajectories[0]
     assert t.stop_reason == "answered" and t.stop_reason.terminated
     assert t.env_reward == t.reward == 0.0
@@ -120,8 +132,8 @@ def test_the_wall_clock_starts_at_the_first_scheduled_turn_not_at_reset(tiny_mod
     _, tok = tiny_model
     jobs = [EpisodeJob(make_task(), 1, 0), EpisodeJob(make_task(), 1, 1)]
     pool = SlowResetPool(jobs[1].episode_id, delay_s=3.0)
-    settings = RolloutSettings(episode_wall_time_s=2.0, max_turns=5, scheduler=scheduler)
-    out = run_episodes(ContextPolicy(tok, tool_turns=1), pool, jobs, settings, tok)
+    settings = RolloutConfig(episode_wall_time_s=2.0, max_turns=5, scheduler=scheduler)
+    out = run_episodes(ContextPolicy(tok, tool_turns=1), pool, jobs, settings, EpisodeChat.of(tok))
     assert [t.stop_reason for t in out.trajectories] == [EndReason.ANSWERED] * 2
     assert all(t.turns == 2 and t.passed for t in out.trajectories)
     assert all(t.timings["wall_s"] < 2.0 for t in out.trajectories)

@@ -19,7 +19,7 @@ def _layer(groups, kv, prefix, dim, group_of_row, gen):
     keys = torch.randn(groups, kv, prefix, dim, generator=gen)
     values = torch.randn(groups, kv, prefix, dim, generator=gen)
     rows = torch.tensor(group_of_row)
-    return cascade._cascade_layer_class()(keys, values, rows, capacity=2)
+    return cascade.CascadeLayer(keys, values, rows, capacity=2)
 
 
 def _full_mask(layer, prefix_pad, suffix_masked):

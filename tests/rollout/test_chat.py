@@ -8,7 +8,9 @@ import pytest
 
 from spreadrl.models.tokenizer import default_corpus, tool_schema, train_tokenizer
 from spreadrl.rollout.chat import (
+    FALLBACK,
     assistant_end_ids,
+    chat_format,
     render_prompt_ids,
     tool_response_ids,
     tool_response_text,
@@ -69,7 +71,7 @@ def test_appended_segments_equal_the_full_render(tok):
     for contents, observations in TURNS:
         (content,) = contents
         ids += encode(tok, content) + [im_end]  # what the policy sampled, ending in im_end
-        ids += tool_response_ids(tok, observations)
+        ids += tool_response_ids(tok, observations, chat_format(tok))
         messages.append({"role": "assistant", "content": content})
         messages += [{"role": "tool", "content": o} for o in observations]
         # at every turn, the context the model sees is exactly the template's rendering
@@ -86,11 +88,11 @@ def test_tool_response_text_matches_qwen3_layout():
         "</tool_response><|im_end|>\n<|im_start|>assistant\n"
     )
     with pytest.raises(ValueError):
-        tool_response_ids(None, [])
+        tool_response_ids(None, [], FALLBACK)
 
 
 def test_tool_response_ids_are_template_tokens(tok):
-    ids = tool_response_ids(tok, ["x"])
+    ids = tool_response_ids(tok, ["x"], chat_format(tok))
     special = {tok.convert_tokens_to_ids(t) for t in ("<|im_start|>", "<|im_end|>")}
     markup = {tok.convert_tokens_to_ids(t) for t in ("<tool_response>", "</tool_response>")}
     assert special <= set(ids) and markup <= set(ids)
@@ -99,11 +101,11 @@ def test_tool_response_ids_are_template_tokens(tok):
 
 def test_length_cut_turn_is_closed_then_continues(tok):
     """A turn cut before im_end: closing ids make the context a well-formed conversation again."""
-    end = assistant_end_ids(tok)
+    end = assistant_end_ids(chat_format(tok))
     assert end == [tok.convert_tokens_to_ids("<|im_end|>")]
     cut = encode(tok, '<tool_call>\n{"name": "write_')
     ids = render_prompt_ids(tok, PROMPT, TOOLS) + cut + end
-    ids += tool_response_ids(tok, ["Error: unterminated <tool_call>"])
+    ids += tool_response_ids(tok, ["Error: unterminated <tool_call>"], chat_format(tok))
     text = tok.decode(ids)
     assert text.endswith(
         '{"name": "write_<|im_end|>\n<|im_start|>user\n<tool_response>\nError: unterminated '

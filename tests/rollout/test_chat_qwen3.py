@@ -27,9 +27,16 @@ import pytest
 
 from spreadrl.env.types import StepResult
 from spreadrl.models.qwen3 import load_qwen3_tokenizer
-from spreadrl.rollout.chat import FALLBACK, chat_format, hermes_tool_call, tool_response_ids
+from spreadrl.rollout.chat import (
+    FALLBACK,
+    EpisodeChat,
+    chat_format,
+    hermes_tool_call,
+    tool_response_ids,
+)
+from spreadrl.rollout.config import RolloutConfig
 from spreadrl.rollout.parsing import parse_assistant_turn
-from spreadrl.rollout.runner import EpisodeJob, RolloutSettings, run_episodes
+from spreadrl.rollout.runner import EpisodeJob, run_episodes
 from spreadrl.rollout.types import PolicyTurn
 from spreadrl.train.sft_data import encode_conversation
 from tests.rollout.fakes import SCHEMAS, FakePool, done, make_task
@@ -119,8 +126,8 @@ def render_ids(tok, messages, tools, generation_prompt):
 def run_script(tok):
     fmt = chat_format(tok)
     policy = ScriptedSampler(tok, sampled_texts(fmt))
-    settings = RolloutSettings(max_calls_per_turn=2, max_response_tokens=4096)
-    out = run_episodes(policy, Pool(), [EpisodeJob(make_task())], settings, tok)
+    settings = RolloutConfig(max_calls_per_turn=2, max_response_tokens=4096)
+    out = run_episodes(policy, Pool(), [EpisodeJob(make_task())], settings, EpisodeChat.of(tok))
     return policy, out.trajectories[0]
 
 
@@ -141,7 +148,7 @@ def test_format_is_read_off_the_real_template(qwen3_tokenizer):
     tools = [{"role": "tool", "content": "x"}, {"role": "tool", "content": "y"}]
     rendered = tok.apply_chat_template(prompt + tools, tokenize=False, add_generation_prompt=True)
     assert rendered.endswith("a" + fmt.stop_text + fmt.tool_response_text(["x", "y"]))
-    ids = tool_response_ids(tok, ["x"])
+    ids = tool_response_ids(tok, ["x"], chat_format(tok))
     assert ids[1] == IM_START and ids[-3] == IM_START  # user turn, then the assistant prompt
     assert (fmt.think_open, fmt.think_close) == ("<think>", "</think>")
     assert (fmt.tool_call_open, fmt.tool_call_close) == ("<tool_call>", "</tool_call>")

@@ -52,14 +52,14 @@ def test_preallocated_cache_samples_what_the_growing_cache_does(tiny_model):
     """Same tokens and bit-identical log-probs with and without the preallocated KV cache,
     with and without the shared prefill, per-row seeds and one shared stream (cascade
     attention off: it sums attention in another order, see test_cascade.py)."""
-    from spreadrl.rollout.kv_cache import preallocated_layer_class
+    from spreadrl.rollout.kv_cache import PreallocatedLayer
 
     model, tok = tiny_model
     prompt = tok.encode("Sum column A and write the total in B1.", add_special_tokens=False)
     other = tok.encode("Average of C1:C9?", add_special_tokens=False)
     contexts = [prompt, prompt, other, prompt]
     params = SamplingParams(0.9, 0.95, 20, max_new_tokens=12, seed=3)
-    assert isinstance(HFPolicy(model, tok)._new_cache(8).layers[0], preallocated_layer_class())
+    assert isinstance(HFPolicy(model, tok)._new_cache(8).layers[0], PreallocatedLayer)
     assert HFPolicy(model, tok, preallocate_cache=False)._new_cache(8) is None
     for share in (True, False):
         for seeds in ([11, 12, 13, 14], None):

@@ -12,7 +12,7 @@ from spreadrl.env.types import Observation, StepResult, ToolCall
 from spreadrl.errors import ConfigError
 from spreadrl.rollout.config import RolloutConfig
 from spreadrl.rollout.parsing import parse_assistant_turn
-from spreadrl.rollout.runner import EpisodeJob, RolloutSettings, run_episodes
+from spreadrl.rollout.runner import EpisodeJob, run_episodes
 from spreadrl.rollout.scripted import format_tool_call
 from spreadrl.rollout.types import PolicyTurn
 from tests.rollout.fakes import FakePool, done, make_task
@@ -81,7 +81,7 @@ class Script:
 def run_one(turns: list[str], pool: ParityPool | None = None, **settings):
     pool = pool or ParityPool()
     out = run_episodes(
-        Script([*turns, "Done."]), pool, [EpisodeJob(make_task())], RolloutSettings(**settings)
+        Script([*turns, "Done."]), pool, [EpisodeJob(make_task())], RolloutConfig(**settings)
     )
     traj = out.trajectories[0]
     tool_messages = [m["content"] for m in traj.messages if m["role"] == "tool"]
@@ -240,8 +240,8 @@ def test_qwen3_coder_values_that_do_not_fit_the_type_stay_text():
 
 
 # ---- the recipe keys -----------------------------------------------------------------------
-def test_recipe_keys_reach_the_loop_and_default_to_todays_behaviour():
-    default = RolloutSettings.from_config(RolloutConfig())
+def test_recipe_keys_default_to_todays_behaviour():
+    default = RolloutConfig()
     assert (
         default.max_calls_per_turn,
         default.extra_calls,
@@ -250,23 +250,6 @@ def test_recipe_keys_reach_the_loop_and_default_to_todays_behaviour():
         default.calls_in_reasoning,
         default.tool_call_format,
     ) == (1, "reject", 0, 0, "ignore", "hermes")
-    cfg = RolloutConfig(
-        max_calls_per_turn=20,
-        extra_calls="skip",
-        max_serial_calls=4,
-        max_tool_response_chars=10240,
-        calls_in_reasoning="error",
-        tool_call_format="qwen3_coder",
-    )
-    s = RolloutSettings.from_config(cfg)
-    assert (
-        s.max_calls_per_turn,
-        s.extra_calls,
-        s.max_serial_calls,
-        s.max_tool_response_chars,
-        s.calls_in_reasoning,
-        s.tool_call_format,
-    ) == (20, "skip", 4, 10240, "error", "qwen3_coder")
     with pytest.raises(ConfigError, match="max_serial_calls"):
         RolloutConfig(max_serial_calls=-1)
 
@@ -292,7 +275,7 @@ def test_upstream_loop_settings_with_the_spreadsheet_rl_gym(tmp_path):
             format_tool_call("write_range", {"range": "E1", "data": "note"}),
         ]
     )
-    settings = RolloutSettings(
+    settings = RolloutConfig(
         max_calls_per_turn=20, extra_calls="skip", max_serial_calls=2, calls_in_reasoning="error"
     )
     with make_env_pool(EnvConfig(tools="spreadsheet-rl"), workers=0) as pool:

@@ -7,8 +7,9 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 import pytest
 
 from spreadrl.errors import SpreadrlError
+from spreadrl.rollout.config import RolloutConfig
 from spreadrl.rollout.openai_policy import OpenAIPolicy, to_openai_messages
-from spreadrl.rollout.runner import EpisodeJob, RolloutSettings, run_episodes
+from spreadrl.rollout.runner import EpisodeJob, run_episodes
 from tests.rollout.fakes import FakePool, make_task
 
 
@@ -63,7 +64,7 @@ def fake_server():
 def test_episodes_through_an_openai_compatible_server(fake_server):
     policy = OpenAIPolicy("fake-model", base_url=fake_server, concurrency=2)
     jobs = [EpisodeJob(make_task(), 1, s) for s in range(3)]
-    out = run_episodes(policy, FakePool(), jobs, RolloutSettings(max_turns=4))
+    out = run_episodes(policy, FakePool(), jobs, RolloutConfig(max_turns=4))
     policy.close()
     for t in out.trajectories:
         assert t.passed and t.tool_calls == 1 and t.stop_reason == "answered"
@@ -78,7 +79,7 @@ def test_episodes_through_an_openai_compatible_server(fake_server):
 def test_server_errors_are_clear(fake_server):
     policy = OpenAIPolicy("m", base_url=fake_server + "/nope")
     with pytest.raises(SpreadrlError, match="answered 404"):
-        run_episodes(policy, FakePool(), [EpisodeJob(make_task())], RolloutSettings())
+        run_episodes(policy, FakePool(), [EpisodeJob(make_task())], RolloutConfig())
 
 
 def test_missing_endpoint_is_a_clear_error(monkeypatch):

@@ -1,6 +1,7 @@
 """The agent loop with a fake environment pool and scripted policies (no model, no gym)."""
 
-from spreadrl.rollout.runner import EpisodeJob, RolloutSettings, run_episodes
+from spreadrl.rollout.config import RolloutConfig
+from spreadrl.rollout.runner import EpisodeJob, run_episodes
 from spreadrl.rollout.scripted import NoopPolicy, format_tool_call
 from spreadrl.rollout.types import PolicyTurn
 from tests.rollout.fakes import FakePool, make_task
@@ -23,7 +24,7 @@ def test_episode_with_a_tool_call_then_answer():
     policy = ListPolicy([good, "Done."])
     pool = FakePool()
     out = run_episodes(
-        policy, pool, [EpisodeJob(make_task(), 1, s) for s in range(3)], RolloutSettings()
+        policy, pool, [EpisodeJob(make_task(), 1, s) for s in range(3)], RolloutConfig()
     )
     assert len(out.trajectories) == 3
     for t in out.trajectories:
@@ -37,7 +38,7 @@ def test_episode_with_a_tool_call_then_answer():
 
 def test_malformed_call_becomes_error_observation_not_crash():
     policy = ListPolicy(["<tool_call>\n{not json\n</tool_call>", "Done."])
-    out = run_episodes(policy, FakePool(), [EpisodeJob(make_task())], RolloutSettings())
+    out = run_episodes(policy, FakePool(), [EpisodeJob(make_task())], RolloutConfig())
     t = out.trajectories[0]
     assert t.parse_errors >= 1
     assert t.messages[3]["role"] == "tool" and t.messages[3]["content"].startswith("Error")
@@ -47,7 +48,7 @@ def test_malformed_call_becomes_error_observation_not_crash():
 def test_turn_budget_ends_episode():
     bad = format_tool_call("write_range", {"range": "A1"})
     out = run_episodes(
-        ListPolicy([bad]), FakePool(), [EpisodeJob(make_task())], RolloutSettings(max_turns=3)
+        ListPolicy([bad]), FakePool(), [EpisodeJob(make_task())], RolloutConfig(max_turns=3)
     )
     t = out.trajectories[0]
     assert t.stop_reason == "max_turns" and t.turns == 3
@@ -57,7 +58,7 @@ def test_turn_budget_ends_episode():
 def test_tool_call_budget_reported():
     bad = format_tool_call("write_range", {"range": "A1"})
     out = run_episodes(
-        ListPolicy([bad]), FakePool(max_calls=2), [EpisodeJob(make_task())], RolloutSettings()
+        ListPolicy([bad]), FakePool(max_calls=2), [EpisodeJob(make_task())], RolloutConfig()
     )
     assert out.trajectories[0].stop_reason == "max_tool_calls"
 
@@ -65,15 +66,13 @@ def test_tool_call_budget_reported():
 def test_crashed_episode_fails_alone():
     good = format_tool_call("write_range", {"range": "A1", "values": 42})
     jobs = [EpisodeJob(make_task(), 1, 0), EpisodeJob(make_task(), 1, 1)]
-    out = run_episodes(
-        ListPolicy([good, "Done."]), FakePool(crash="t1/1/0"), jobs, RolloutSettings()
-    )
+    out = run_episodes(ListPolicy([good, "Done."]), FakePool(crash="t1/1/0"), jobs, RolloutConfig())
     crashed, fine = out.trajectories
     assert crashed.stop_reason == "error" and "worker died" in crashed.error and not crashed.passed
     assert fine.passed
 
 
 def test_noop_answers_at_once():
-    out = run_episodes(NoopPolicy(), FakePool(), [EpisodeJob(make_task())], RolloutSettings())
+    out = run_episodes(NoopPolicy(), FakePool(), [EpisodeJob(make_task())], RolloutConfig())
     t = out.trajectories[0]
     assert t.turns == 1 and t.tool_calls == 0 and not t.passed and t.stop_reason == "answered"

@@ -7,9 +7,11 @@ import pytest
 
 from spreadrl.env.types import EndReason, StepResult
 from spreadrl.errors import ConfigError
-from spreadrl.rollout.runner import EpisodeJob, RolloutSettings, run_episodes
+from spreadrl.rollout.chat import EpisodeChat
+from spreadrl.rollout.config import RolloutConfig
+from spreadrl.rollout.runner import EpisodeJob, run_episodes
 from spreadrl.rollout.scripted import format_tool_call
-from spreadrl.rollout.types import PolicyTurn, SamplingParams
+from spreadrl.rollout.types import PolicyTurn, RunValues
 from tests.rollout.fakes import FakePool, done, make_task
 
 
@@ -97,8 +99,8 @@ def test_episode_and_turn_schedulers_give_identical_trajectories(tiny_model):
     results = {}
     for scheduler in ("turn", "episode"):
         policy = ContextPolicy(tok, tool_turns=2)
-        settings = RolloutSettings(scheduler=scheduler, max_response_tokens=400)
-        out = run_episodes(policy, FakePool(), jobs, settings, tok)
+        settings = RolloutConfig(scheduler=scheduler, max_response_tokens=400)
+        out = run_episodes(policy, FakePool(), jobs, settings, EpisodeChat.of(tok))
         results[scheduler] = [_comparable(t) for t in out.trajectories]
         kinds = {kind for kind, _ in policy.events}
         assert kinds == ({"act"} if scheduler == "turn" else {"submit"})
@@ -109,8 +111,10 @@ def test_episode_and_turn_schedulers_give_identical_trajectories(tiny_model):
 
 def test_per_episode_token_budget_holds_under_the_episode_scheduler(tiny_model):
     _, tok = tiny_model
-    settings = RolloutSettings(scheduler="episode", max_response_tokens=30)
-    out = run_episodes(ContextPolicy(tok), FakePool(), [EpisodeJob(make_task())], settings, tok)
+    settings = RolloutConfig(scheduler="episode", max_response_tokens=30)
+    out = run_episodes(
+        ContextPolicy(tok), FakePool(), [EpisodeJob(make_task())], settings, EpisodeChat.of(tok)
+    )
     t = out.trajectories[0]
     assert t.stop_reason == "max_response_tokens"
     assert sum(t.response_mask) <= 30
@@ -155,8 +159,8 @@ def test_a_slow_tool_holds_back_only_its_own_episode_under_the_episode_scheduler
     _, tok = tiny_model
     pool = SlowToolPool(delay=0.3)
     jobs = [EpisodeJob(make_task(), 1, s) for s in range(2)]
-    settings = RolloutSettings(scheduler=scheduler, max_response_tokens=400)
-    out = run_episodes(ContextPolicy(tok, tool_turns=3), pool, jobs, settings, tok)
+    settings = RolloutConfig(scheduler=scheduler, max_response_tokens=400)
+    out = run_episodes(ContextPolicy(tok, tool_turns=3), pool, jobs, settings, EpisodeChat.of(tok))
     assert all(t.passed for t in out.trajectories)
     fast_done = pool.log.index(("finish", "t1/1/1"))
     first_slow_tool = pool.log.index(("tool_done", "t1/1/0"))
@@ -171,26 +175,32 @@ def test_a_slow_tool_holds_back_only_its_own_episode_under_the_episode_scheduler
 def test_auto_picks_the_episode_scheduler_only_for_streaming_policies(tiny_model):
     _, tok = tiny_model
     streaming, turn_only = ContextPolicy(tok), TurnOnlyPolicy(tok)
-    run_episodes(streaming, FakePool(), [EpisodeJob(make_task())], RolloutSettings(), tok)
-    run_episodes(turn_only, FakePool(), [EpisodeJob(make_task())], RolloutSettings(), tok)
+    run_episodes(
+        streaming, FakePool(), [EpisodeJob(make_task())], RolloutConfig(), EpisodeChat.of(tok)
+    )
+    run_episodes(
+        turn_only, FakePool(), [EpisodeJob(make_task())], RolloutConfig(), EpisodeChat.of(tok)
+    )
     assert streaming.events[0][0] == "submit" and turn_only.events[0][0] == "act"
     with pytest.raises(ConfigError, match="submit/poll"):
         run_episodes(
             turn_only,
             FakePool(),
             [EpisodeJob(make_task())],
-            RolloutSettings(scheduler="episode"),
-            tok,
+            RolloutConfig(scheduler="episode"),
+            EpisodeChat.of(tok),
         )
-    with pytest.raises(ConfigError, match="unknown rollout scheduler"):
-        RolloutSettings(scheduler="async")
+    with pytest.raises(ConfigError, match="unknown rollout.scheduler 'async'"):
+        RolloutConfig(scheduler="async")
 
 
 def test_a_crashed_tool_fails_only_its_episode_under_the_episode_scheduler(tiny_model):
     _, tok = tiny_model
     jobs = [EpisodeJob(make_task(), 1, s) for s in range(2)]
     pool = FakePool(crash="t1/1/0")
-    out = run_episodes(ContextPolicy(tok), pool, jobs, RolloutSettings(scheduler="episode"), tok)
+    out = run_episodes(
+        ContextPolicy(tok), pool, jobs, RolloutConfig(scheduler="episode"), EpisodeChat.of(tok)
+    )
     crashed, fine = out.trajectories
     assert crashed.stop_reason == "error" and "worker died" in crashed.error
     assert fine.passed and fine.stop_reason == "answered"
@@ -205,10 +215,12 @@ def test_sampling_params_budget_is_per_episode(tiny_model):
             seen.append(params.max_new_tokens)
             super().submit(request_id, context, params)
 
-    settings = RolloutSettings(
-        scheduler="episode", sampling=SamplingParams(max_new_tokens=64), max_response_tokens=100
+    settings = RolloutConfig(
+        scheduler="episode", max_new_tokens_per_turn=64, max_response_tokens=100
     )
-    run_episodes(Recording(tok), FakePool(), [EpisodeJob(make_task())], settings, tok)
+    run_episodes(
+        Recording(tok), FakePool(), [EpisodeJob(make_task())], settings, EpisodeChat.of(tok)
+    )
     assert seen[0] == 64 and all(b <= 64 for b in seen)
     assert seen[-1] < 64  # the last turn only gets what is left of the 100-token budget
 
@@ -230,9 +242,9 @@ def test_each_request_gets_its_own_reproducible_seed(tiny_model):
     runs = []
     for _ in range(2):
         policy = Recording(tok)
-        settings = RolloutSettings(scheduler="episode", sampling=SamplingParams(seed=7))
+        settings = RolloutConfig(scheduler="episode")
         jobs = [EpisodeJob(make_task(), 1, s) for s in range(4)]
-        run_episodes(policy, FakePool(), jobs, settings, tok)
+        run_episodes(policy, FakePool(), jobs, settings, EpisodeChat.of(tok), run=RunValues(seed=7))
         runs.append(sorted(policy.seeds))
     assert runs[0] == runs[1]  # reproducible
     values = [seed for _, seed in runs[0]]
@@ -265,8 +277,8 @@ def test_a_request_that_never_returns_ends_its_episode_at_the_wall_time(tiny_mod
     _, tok = tiny_model
     policy = StuckEngine(tok)
     jobs = [EpisodeJob(make_task(), 1, s) for s in range(2)]
-    settings = RolloutSettings(scheduler="episode", episode_wall_time_s=0.3)
-    stuck, fine = run_episodes(policy, FakePool(), jobs, settings, tok).trajectories
+    settings = RolloutConfig(scheduler="episode", episode_wall_time_s=0.3)
+    stuck, fine = run_episodes(policy, FakePool(), jobs, settings, EpisodeChat.of(tok)).trajectories
     assert stuck.stop_reason == "wall_time" and "no result" in stuck.error
     assert policy.aborted == ["t1/1/0#0@" + policy.aborted[0].split("@")[1]]
     assert fine.passed and fine.stop_reason == "answered"
@@ -305,8 +317,8 @@ def test_a_request_the_engine_lost_ends_its_episode_at_once(tiny_model, monkeypa
     jobs = [EpisodeJob(make_task(), 1, s) for s in range(2)]
     # a wall time long enough that ending there would be a failure, short enough that
     # the old spinning scheduler fails this test in seconds rather than hanging
-    settings = RolloutSettings(scheduler="episode", episode_wall_time_s=5.0)
-    lost, fine = run_episodes(policy, FakePool(), jobs, settings, tok).trajectories
+    settings = RolloutConfig(scheduler="episode", episode_wall_time_s=5.0)
+    lost, fine = run_episodes(policy, FakePool(), jobs, settings, EpisodeChat.of(tok)).trajectories
     assert lost.stop_reason == EndReason.LOST_REQUEST
     assert "lost generation request t1/1/0#0@" in lost.error
     assert lost.response_ids == []
@@ -343,8 +355,10 @@ def test_an_engine_abort_is_reported_as_aborted_not_as_length(tiny_model, monkey
 
     policy.llm.llm_engine.add_request = add_request
     jobs = [EpisodeJob(make_task(), 1, s) for s in range(2)]
-    settings = RolloutSettings(scheduler="episode")
-    dropped, fine = run_episodes(policy, FakePool(), jobs, settings, tok).trajectories
+    settings = RolloutConfig(scheduler="episode")
+    dropped, fine = run_episodes(
+        policy, FakePool(), jobs, settings, EpisodeChat.of(tok)
+    ).trajectories
     assert dropped.stop_reason == "aborted" and "aborted" in dropped.error
     assert isinstance(dropped.stop_reason, EndReason)
     assert dropped.response_ids == []  # nothing of the aborted turn is trained on

@@ -6,7 +6,7 @@ from dataclasses import replace
 
 from spreadrl.config import load_config
 from spreadrl.rollout.config import RolloutConfig
-from spreadrl.rollout.runner import EpisodeJob, RolloutSettings, run_episodes
+from spreadrl.rollout.runner import EpisodeJob, run_episodes
 from spreadrl.rollout.types import PolicyTurn
 from tests.rollout.fakes import FakePool, make_task
 
@@ -24,7 +24,7 @@ class Answer:
 
 
 def _opening(task, source: str) -> list[dict]:
-    settings = RolloutSettings(prompt_source=source, max_turns=1)
+    settings = RolloutConfig(prompt_source=source, max_turns=1)
     batch = run_episodes(Answer(), FakePool(), [EpisodeJob(task)], settings)
     return batch.trajectories[0].messages[:2]
 
@@ -34,7 +34,7 @@ def test_the_task_chat_is_sent_verbatim_when_the_recipe_says_so():
     assert _opening(task, "task") == RELEASED
     # the recipe's own prompt otherwise: its system prompt, then the instruction + overview
     recipe = _opening(task, "recipe")
-    assert recipe[0] == {"role": "system", "content": RolloutSettings().system_prompt}
+    assert recipe[0] == {"role": "system", "content": RolloutConfig().system_prompt}
     assert (
         recipe[1]["content"].startswith("Put 42 in A1.") and "Sheet1: A1:B2" in recipe[1]["content"]
     )
@@ -44,9 +44,9 @@ def test_a_task_without_a_chat_falls_back_to_the_recipe_prompt():
     assert _opening(make_task(), "task") == _opening(make_task(), "recipe")
 
 
-def test_the_key_reaches_the_loop_settings(tmp_path):
+def test_the_key_is_read_from_the_recipe(tmp_path):
     assert RolloutConfig().prompt_source == "recipe"
     path = tmp_path / "r.yaml"
     path.write_text("prompt_source: task\n")
     cfg = load_config(RolloutConfig, path)
-    assert RolloutSettings.from_config(cfg).prompt_source == "task"
+    assert cfg.prompt_source == "task"

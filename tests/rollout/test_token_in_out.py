@@ -1,10 +1,11 @@
 """Token-in/token-out: the ids trained on are exactly the ids the policy saw and sampled."""
 
-from spreadrl.rollout.chat import tool_response_ids
+from spreadrl.rollout.chat import EpisodeChat, chat_format, tool_response_ids
+from spreadrl.rollout.config import RolloutConfig
 from spreadrl.rollout.hf_policy import HFPolicy
-from spreadrl.rollout.runner import EpisodeJob, RolloutSettings, run_episodes
+from spreadrl.rollout.runner import EpisodeJob, run_episodes
 from spreadrl.rollout.scripted import format_tool_call
-from spreadrl.rollout.types import PolicyTurn, SamplingParams
+from spreadrl.rollout.types import PolicyTurn, RunValues
 from tests.rollout.fakes import FakePool, make_task
 
 
@@ -32,7 +33,9 @@ def test_ids_equal_what_the_model_saw_and_the_template_rendering(tiny_model):
     _, tok = tiny_model
     call = format_tool_call("write_range", {"range": "A1", "values": 42})
     policy = RecordingPolicy(tok, [call, "Done."])
-    out = run_episodes(policy, FakePool(), [EpisodeJob(make_task())], RolloutSettings(), tok)
+    out = run_episodes(
+        policy, FakePool(), [EpisodeJob(make_task())], RolloutConfig(), EpisodeChat.of(tok)
+    )
     t = out.trajectories[0]
     assert t.passed and t.turns == 2
     # every turn's context is exactly prompt + everything appended so far
@@ -42,7 +45,7 @@ def test_ids_equal_what_the_model_saw_and_the_template_rendering(tiny_model):
     # sampled tokens carry mask 1 and their log-probs; the tool response carries mask 0
     first_len = len(tok.encode(call, add_special_tokens=False)) + 1
     assert t.response_mask[:first_len] == [1] * first_len
-    obs_ids = tool_response_ids(tok, ["wrote"])
+    obs_ids = tool_response_ids(tok, ["wrote"], chat_format(tok))
     assert t.response_ids[first_len : first_len + len(obs_ids)] == obs_ids
     assert t.response_mask[first_len : first_len + len(obs_ids)] == [0] * len(obs_ids)
     assert t.rollout_logprobs[:first_len] == [-0.5] * first_len
@@ -55,13 +58,13 @@ def test_ids_equal_what_the_model_saw_and_the_template_rendering(tiny_model):
 def test_hf_policy_samples_batched_turns_with_logprobs(tiny_model):
     model, tok = tiny_model
     policy = HFPolicy(model, tok)
-    settings = RolloutSettings(
-        sampling=SamplingParams(temperature=1.0, max_new_tokens=12, seed=0),
-        max_turns=2,
-        max_response_tokens=40,
+    settings = RolloutConfig(
+        temperature=1.0, max_new_tokens_per_turn=12, max_turns=2, max_response_tokens=40
     )
     jobs = [EpisodeJob(make_task(), 1, s) for s in range(4)]
-    out = run_episodes(policy, FakePool(), jobs, settings, tok)
+    out = run_episodes(
+        policy, FakePool(), jobs, settings, EpisodeChat.of(tok), run=RunValues(seed=0)
+    )
     for t in out.trajectories:
         assert 1 <= t.turns <= 2
         assert t.stop_reason in {"answered", "max_turns", "max_response_tokens"}

@@ -7,7 +7,6 @@ import torch
 
 from spreadrl.errors import MissingDependencyError
 from spreadrl.rollout.types import SamplingParams
-from spreadrl.rollout.vllm_policy import EngineSettings
 from tests.rollout import fake_vllm
 
 
@@ -16,9 +15,16 @@ def vllm(monkeypatch):
     return fake_vllm.install(monkeypatch)
 
 
-COLOCATED = EngineSettings(
+COLOCATED = dict(
     max_model_len=8192, gpu_memory_utilization=0.3, enable_sleep_mode=True, weight_transfer="ipc"
 )
+
+
+def sampling(**given):
+    """A request's SamplingParams (the type has no defaults): plain sampling, 16 tokens."""
+    return SamplingParams(
+        **{"temperature": 1.0, "top_p": 1.0, "top_k": 0, "max_new_tokens": 16, **given}
+    )
 
 
 def test_missing_vllm_names_the_extra_and_the_alternative(monkeypatch):
@@ -41,7 +47,7 @@ def test_vllm_without_a_gpu_stops_with_one_line(vllm, monkeypatch):
 def test_engine_is_built_from_the_settings(vllm):
     from spreadrl.rollout.vllm_policy import VLLMPolicy
 
-    policy = VLLMPolicy("m", COLOCATED)
+    policy = VLLMPolicy("m", **COLOCATED)
     kwargs = policy.llm.kwargs
     assert kwargs["max_model_len"] == 8192 and kwargs["gpu_memory_utilization"] == 0.3
     assert kwargs["enable_sleep_mode"] is True
@@ -54,19 +60,17 @@ def test_ipc_transfer_refuses_an_in_process_engine(vllm, monkeypatch):
 
     monkeypatch.setenv("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
     with pytest.raises(MissingDependencyError, match="VLLM_ENABLE_V1_MULTIPROCESSING"):
-        VLLMPolicy("m", COLOCATED)
+        VLLMPolicy("m", **COLOCATED)
 
 
 def test_vllm_policy_returns_sampled_ids_and_logprobs(vllm):
     from spreadrl.rollout.vllm_policy import VLLMPolicy
 
     policy = VLLMPolicy("m", stop_token_ids=[2])
-    policy.act(
-        [[5, 6], [5, 6]], SamplingParams(temperature=0.6, top_k=20, max_new_tokens=4, seed=1)
-    )
+    policy.act([[5, 6], [5, 6]], sampling(temperature=0.6, top_k=20, max_new_tokens=4, seed=1))
     assert policy.llm.sampling[0].seed != policy.llm.sampling[1].seed  # same prompt, own stream
     assert policy.llm.sampling[0].top_k == 20 and policy.llm.sampling[0].logprobs == 0
-    turns = policy.act([[5, 6], [9]], SamplingParams(temperature=0.6, top_k=0, max_new_tokens=4))
+    turns = policy.act([[5, 6], [9]], sampling(temperature=0.6, top_k=0, max_new_tokens=4))
     assert policy.llm.sampling[0].top_k == 0  # off, as vLLM 0.33 spells it
     assert [t.token_ids for t in turns] == [[7, 2], [10, 2]]
     assert turns[0].logprobs == [-0.25, -0.25] and turns[0].finish_reason == "stop"
@@ -133,7 +137,7 @@ def test_policy_asks_for_logprobs_so_a_fake_without_them_fails(vllm, monkeypatch
     real = policy._sampling
     monkeypatch.setattr(policy, "_sampling", lambda *a, **k: _without_logprobs(real(*a, **k)))
     with pytest.raises(SpreadrlError, match="log-prob"):
-        policy.act([[5]], SamplingParams(max_new_tokens=4))
+        policy.act([[5]], sampling(max_new_tokens=4))
 
 
 def _without_logprobs(params):
@@ -144,10 +148,10 @@ def _without_logprobs(params):
 def test_vllm_policy_streams_turns_through_the_engine(vllm):
     from spreadrl.rollout.vllm_policy import VLLMPolicy
 
-    policy = VLLMPolicy("m", EngineSettings(enable_sleep_mode=True), stop_token_ids=[2])
+    policy = VLLMPolicy("m", enable_sleep_mode=True, stop_token_ids=[2])
     policy.sleep(level=1)
-    policy.submit("a#0", [5, 6], SamplingParams(max_new_tokens=8, seed=3))
-    policy.submit("b#0", [9], SamplingParams(max_new_tokens=3, seed=3))
+    policy.submit("a#0", [5, 6], sampling(max_new_tokens=8, seed=3))
+    policy.submit("b#0", [9], sampling(max_new_tokens=3, seed=3))
     assert policy.llm.events[:3] == ["sleep1", "wake:all", "add:a#0"]  # woken before queuing
     engine = policy.llm.llm_engine
     engine.max_running = 1  # the engine serves one request at a time: b#0 waits
@@ -166,7 +170,7 @@ def test_vllm_policy_streams_turns_through_the_engine(vllm):
     assert policy.poll() == [] and policy.take_started() == ["b#0"]
     assert [rid for rid, _ in policy.poll()] == ["b#0"]
     assert policy.poll() == []  # an idle engine is not stepped
-    policy.submit("c#0", [1], SamplingParams())
+    policy.submit("c#0", [1], sampling())
     policy.abort(["c#0"])
     assert engine.aborted == ["c#0"] and not engine.has_unfinished_requests()
 
@@ -178,7 +182,7 @@ def _two_synced_steps(model, policy, colo):
         with torch.no_grad():
             model.weight.fill_(float(step))
         colo.before_rollouts(model)
-        policy.act([[1]], SamplingParams())
+        policy.act([[1]], sampling())
         colo.after_rollouts()
         assert torch.equal(policy.llm.weights["weight"], model.weight)
         yield policy.llm.weights["weight"]
@@ -189,7 +193,7 @@ def test_colocated_cycle_sends_weights_through_the_transfer_api(vllm):
     from spreadrl.rollout.vllm_policy import VLLMPolicy
 
     model = torch.nn.Linear(3, 2)
-    policy = VLLMPolicy("m", COLOCATED)
+    policy = VLLMPolicy("m", **COLOCATED)
     colo = ColocatedRollouts(policy, sleep_level=2)
     for engine_weight in _two_synced_steps(model, policy, colo):
         assert engine_weight.data_ptr() != model.weight.data_ptr()
@@ -212,7 +216,7 @@ def test_weight_sync_needs_an_engine_built_for_it(vllm):
     from spreadrl.rollout.colocate import ColocatedRollouts
     from spreadrl.rollout.vllm_policy import VLLMPolicy
 
-    policy = VLLMPolicy("m", EngineSettings(enable_sleep_mode=True))  # no weight_transfer
+    policy = VLLMPolicy("m", enable_sleep_mode=True)  # no weight_transfer
     with pytest.raises(RuntimeError, match="Weight transfer not configured"):
         ColocatedRollouts(policy).before_rollouts(torch.nn.Linear(2, 2))
 
@@ -265,7 +269,7 @@ def test_lora_policy_syncs_merged_weights_through_the_transfer_api(vllm):
 
     base = torch.nn.Sequential(torch.nn.Linear(4, 4))
     model = get_peft_model(base, LoraConfig(r=2, target_modules=["0"], init_lora_weights=False))
-    policy = VLLMPolicy("m", COLOCATED)
+    policy = VLLMPolicy("m", **COLOCATED)
     ColocatedRollouts(policy).before_rollouts(model)
     x = torch.randn(2, 4)
     got = torch.nn.functional.linear(
@@ -297,7 +301,7 @@ def test_ipc_engine_is_built_to_decode_the_handles(vllm):
 
     from spreadrl.rollout.vllm_policy import VLLMPolicy
 
-    VLLMPolicy("m", COLOCATED)
+    VLLMPolicy("m", **COLOCATED)
     assert os.environ["VLLM_ALLOW_INSECURE_SERIALIZATION"] == "1"
     assert fake_vllm.FakeLLM.instances[-1].insecure  # set before the engine was spawned
 
@@ -310,7 +314,7 @@ def test_ipc_handles_without_the_variable_fail_as_in_vllm(vllm, monkeypatch, pac
     from spreadrl.rollout.colocate import ColocatedRollouts
 
     monkeypatch.setattr(vllm_policy, "allow_ipc_handles", lambda: None)
-    policy = vllm_policy.VLLMPolicy("m", COLOCATED)
+    policy = vllm_policy.VLLMPolicy("m", **COLOCATED)
     with pytest.raises(TypeError, match="torch.dtype|class"):
         ColocatedRollouts(policy, packed=packed).before_rollouts(torch.nn.Linear(3, 2))
 
@@ -321,14 +325,14 @@ def test_ipc_handles_carry_the_weights_through_the_wire(vllm, packed):
     from spreadrl.rollout.vllm_policy import VLLMPolicy
 
     model = torch.nn.Linear(3, 2).to(torch.bfloat16)
-    policy = VLLMPolicy("m", COLOCATED)
+    policy = VLLMPolicy("m", **COLOCATED)
     ColocatedRollouts(policy, packed=packed).before_rollouts(model)
     assert set(policy.llm.weights) == {"weight", "bias"}
     assert torch.equal(policy.llm.weights["weight"], model.weight)
     assert policy.llm.weights["weight"].dtype == torch.bfloat16
 
 
-FILES = EngineSettings(enable_sleep_mode=True, weight_transfer="files")
+FILES = dict(enable_sleep_mode=True, weight_transfer="files")
 
 
 def test_files_sync_reloads_a_shared_memory_folder_in_place(vllm, tmp_path):
@@ -336,7 +340,7 @@ def test_files_sync_reloads_a_shared_memory_folder_in_place(vllm, tmp_path):
     from spreadrl.rollout.vllm_policy import VLLMPolicy
 
     model = torch.nn.Linear(3, 2)
-    policy = VLLMPolicy("m", FILES)
+    policy = VLLMPolicy("m", **FILES)
     assert policy.llm.kwargs["weight_transfer_config"] is None  # nothing to build for it
     colo = ColocatedRollouts(policy, sync="files")
     colo.sync.root = str(tmp_path)
@@ -361,7 +365,9 @@ def test_files_sync_writes_bounded_shards(vllm, tmp_path):
     from spreadrl.rollout.vllm_policy import VLLMPolicy
 
     model = torch.nn.Sequential(*[torch.nn.Linear(8, 8) for _ in range(3)])
-    sync = FilesSync(VLLMPolicy("m", FILES), shard_bytes=288)  # one layer: 8x8 + 8 fp32 = 288 bytes
+    sync = FilesSync(
+        VLLMPolicy("m", **FILES), shard_bytes=288
+    )  # one layer: 8x8 + 8 fp32 = 288 bytes
     shards = sync.write(model, tmp_path)
     assert len(shards) == 3
     sync.send(model)
@@ -372,7 +378,7 @@ def test_engine_without_sleep_mode_is_not_put_to_sleep(vllm, tmp_path):
     from spreadrl.rollout.colocate import ColocatedRollouts
     from spreadrl.rollout.vllm_policy import VLLMPolicy
 
-    policy = VLLMPolicy("m", EngineSettings(weight_transfer="files"))
+    policy = VLLMPolicy("m", weight_transfer="files")
     colo = ColocatedRollouts(policy, sync="files")
     colo.sync.root = str(tmp_path)
     colo.before_rollouts(torch.nn.Linear(2, 2))
@@ -380,16 +386,21 @@ def test_engine_without_sleep_mode_is_not_put_to_sleep(vllm, tmp_path):
     assert "sleep2" not in policy.llm.events
 
 
-def test_cpu_build_settings(vllm):
-    from spreadrl.rollout.vllm_policy import CPU_KV_CACHE_BYTES, engine_kwargs, for_platform
+def test_cpu_build_settings(vllm, monkeypatch):
+    from spreadrl.rollout import vllm_policy
+    from spreadrl.rollout.vllm_policy import CPU_KV_CACHE_BYTES, VLLMPolicy
 
-    cpu = for_platform(EngineSettings(enable_sleep_mode=True, weight_transfer="files"), True)
-    kwargs = engine_kwargs("m", cpu)
-    assert kwargs["enable_sleep_mode"] is False  # vLLM refuses it on CPU
-    assert kwargs["kv_cache_memory_bytes"] == CPU_KV_CACHE_BYTES and kwargs["enforce_eager"]
-    assert for_platform(COLOCATED, False) is COLOCATED
+    gpu = VLLMPolicy("m", **COLOCATED)
+    assert gpu.can_sleep and gpu.engine_args["enable_sleep_mode"] is True
+    assert "kv_cache_memory_bytes" not in gpu.engine_args and "enforce_eager" not in gpu.engine_args
+    monkeypatch.setattr(vllm_policy, "vllm_cpu_build", lambda: True)
+    cpu = VLLMPolicy("m", enable_sleep_mode=True, weight_transfer="files")
+    assert cpu.engine_args["enable_sleep_mode"] is False and not cpu.can_sleep  # refused on CPU
+    assert cpu.engine_args["kv_cache_memory_bytes"] == CPU_KV_CACHE_BYTES
+    assert cpu.engine_args["enforce_eager"] is True
+    assert cpu.llm.kwargs["kv_cache_memory_bytes"] == CPU_KV_CACHE_BYTES  # what LLM() got
     with pytest.raises(MissingDependencyError, match="weight_sync=files"):
-        for_platform(COLOCATED, True)
+        VLLMPolicy("m", **COLOCATED)
 
 
 def _tied_lm():
@@ -421,8 +432,23 @@ def test_files_sync_writes_a_tied_weight_without_shared_memory(vllm, tmp_path):
     from spreadrl.rollout.colocate import FilesSync
     from spreadrl.rollout.vllm_policy import VLLMPolicy
 
-    sync = FilesSync(VLLMPolicy("m", FILES))  # dtype auto: no cast, the two names share
+    sync = FilesSync(VLLMPolicy("m", **FILES))  # dtype auto: no cast, the two names share
     shards = sync.write(_tied_lm(), tmp_path)
     assert len(shards) == 2  # safetensors refuses shared tensors in one file
     sync.send(_tied_lm())
     assert set(sync.policy.llm.weights) == {"embed_tokens.weight", "lm_head.weight"}
+
+
+def test_files_sync_casts_the_trainers_weights_to_the_engines_dtype(vllm, tmp_path):
+    """The engine keeps its copy in the dtype it was built with (GRPO's: bfloat16 beside
+    float32 master weights): the export is cast to it, once per sync."""
+    from safetensors.torch import load_file
+
+    from spreadrl.rollout.colocate import FilesSync
+    from spreadrl.rollout.vllm_policy import VLLMPolicy
+
+    sync = FilesSync(VLLMPolicy("m", dtype="bfloat16", **FILES))
+    shards = sync.write(_tied_lm(), tmp_path)
+    dtypes = {t.dtype for shard in shards for t in load_file(str(shard)).values()}
+    assert dtypes == {torch.bfloat16}
+    assert VLLMPolicy("m", **FILES).dtype == "auto"  # auto: the trainer's own dtype, no cast

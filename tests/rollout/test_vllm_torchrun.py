@@ -7,7 +7,7 @@ import pytest
 import torch
 
 from spreadrl.rollout import vllm_policy
-from spreadrl.rollout.vllm_policy import EngineSettings, VLLMPolicy, engine_kwargs
+from spreadrl.rollout.vllm_policy import VLLMPolicy
 from tests.rollout import fake_vllm
 
 TORCHRUN = {
@@ -31,15 +31,16 @@ def torchrun_env(monkeypatch, tmp_path):
     return tmp_path
 
 
-def test_engine_kwargs_pin_a_rank_engine_to_its_gpu():
-    assert engine_kwargs("m", EngineSettings(local_rank=3))["device_ids"] == [3]
-    assert "device_ids" not in engine_kwargs("m", EngineSettings())  # one process: vLLM's own
+def test_engine_kwargs_pin_a_rank_engine_to_its_gpu(monkeypatch):
+    fake_vllm.install(monkeypatch)
+    assert VLLMPolicy("m", local_rank=3).engine_args["device_ids"] == [3]
+    assert "device_ids" not in VLLMPolicy("m").engine_args  # one process: vLLM's own
 
 
 def test_a_rank_engine_is_spawned_without_torchrun_variables(monkeypatch, torchrun_env):
     fake_vllm.install(monkeypatch)
     before = dict(os.environ)
-    policy = VLLMPolicy("m", EngineSettings(local_rank=1))
+    policy = VLLMPolicy("m", local_rank=1)
     seen = policy.llm.spawn_env  # the environment at LLM(), which its process inherits
     assert not [k for k in seen if k in TORCHRUN]
     assert seen["VLLM_CACHE_ROOT"] == str(torchrun_env / "cache" / "vllm" / "local-rank-1")
@@ -49,7 +50,7 @@ def test_a_rank_engine_is_spawned_without_torchrun_variables(monkeypatch, torchr
 
 def test_a_given_cache_root_gets_a_folder_per_rank(monkeypatch, torchrun_env):
     monkeypatch.setenv("VLLM_CACHE_ROOT", "/data/vllm")
-    with vllm_policy.engine_process_env(EngineSettings(local_rank=0)):
+    with vllm_policy.engine_process_env(0):
         assert os.environ["VLLM_CACHE_ROOT"] == "/data/vllm/local-rank-0"
         assert "RANK" not in os.environ
     assert os.environ["VLLM_CACHE_ROOT"] == "/data/vllm"
@@ -64,13 +65,13 @@ def test_the_environment_comes_back_when_the_engine_fails(monkeypatch, torchrun_
     fake_vllm.install(monkeypatch, Broken)
     before = dict(os.environ)
     with pytest.raises(RuntimeError, match="no memory"):
-        VLLMPolicy("m", EngineSettings(local_rank=1))
+        VLLMPolicy("m", local_rank=1)
     assert dict(os.environ) == before
 
 
 def test_one_process_engine_keeps_the_environment(monkeypatch, torchrun_env):
     fake_vllm.install(monkeypatch)
-    policy = VLLMPolicy("m", EngineSettings())
+    policy = VLLMPolicy("m")
     assert policy.llm.spawn_env["RANK"] == "3"
     assert "VLLM_CACHE_ROOT" not in policy.llm.spawn_env
     assert policy.llm.device == 0

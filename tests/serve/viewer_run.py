@@ -9,7 +9,8 @@ from pathlib import Path
 
 from spreadrl.env.factory import make_env_pool
 from spreadrl.eval.report import build_report
-from spreadrl.rollout.runner import EpisodeJob, RolloutSettings, run_episodes
+from spreadrl.rollout.config import RolloutConfig
+from spreadrl.rollout.runner import EpisodeJob, run_episodes
 from spreadrl.rollout.scripted import format_tool_call
 from spreadrl.rollout.types import PolicyTurn
 from spreadrl.train.trajectory_log import save_step_trajectories
@@ -57,7 +58,7 @@ def build_run(root: Path, steps: int = 3, per_step: int = 4) -> Path:
             ScriptPolicy([GOOD, BAD]),
             pool,
             [EpisodeJob(task, 1, s) for s in range(per_step)],
-            RolloutSettings(),
+            RolloutConfig(),
         ).trajectories
     grpo = root / "grpo"
     grpo.mkdir(parents=True)

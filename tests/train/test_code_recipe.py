@@ -10,7 +10,7 @@ from spreadrl.config import load_config
 from spreadrl.env.config import EnvConfig
 from spreadrl.env.factory import make_env_pool
 from spreadrl.eval.runner import read_trajectories, run_eval
-from spreadrl.rollout.runner import RolloutSettings
+from spreadrl.rollout.config import RolloutConfig
 from spreadrl.rollout.scripted import OraclePolicy
 from spreadrl.train.config import GRPOConfig, SFTConfig
 from spreadrl.train.grpo import train_grpo
@@ -30,7 +30,7 @@ def test_sft_then_grpo_tcr_on_builtin_code_tasks(tiny_model_dir, tmp_path):
             train,
             OraclePolicy(),
             pool,
-            RolloutSettings(max_turns=4),
+            RolloutConfig(max_turns=4),
             tmp_path / "oracle",
             progress=False,
         )

@@ -158,7 +158,7 @@ def test_vllm_backend_under_torchrun_builds_one_engine_per_rank(monkeypatch, tin
     check_rollout_backend(cfg, DistInfo())
     model, tokenizer = tiny_model
     engine, colocated = build_rollout_policy(cfg, model, tokenizer, rank1, Console(quiet=True))
-    assert colocated is not None and engine.settings.local_rank == 1
+    assert colocated is not None and engine.local_rank == 1
     assert engine.llm.kwargs["device_ids"] == [1]
     assert engine.llm.kwargs["seed"] == cfg.seed + 1
 

@@ -32,11 +32,16 @@ def engine(qwen3_tiny):
     from transformers import AutoTokenizer
 
     from spreadrl.rollout.hf_policy import stop_token_ids
-    from spreadrl.rollout.vllm_policy import EngineSettings, VLLMPolicy
+    from spreadrl.rollout.vllm_policy import VLLMPolicy
 
     tokenizer = AutoTokenizer.from_pretrained(qwen3_tiny)
-    settings = EngineSettings(dtype="float32", max_model_len=2048, seed=0)
-    policy = VLLMPolicy(str(qwen3_tiny), settings, stop_token_ids=stop_token_ids(tokenizer))
+    policy = VLLMPolicy(
+        str(qwen3_tiny),
+        dtype="float32",
+        max_model_len=2048,
+        seed=0,
+        stop_token_ids=stop_token_ids(tokenizer),
+    )
     yield policy, tokenizer
     close_engine(policy)
 
@@ -71,7 +76,7 @@ def test_the_engine_runs_on_the_cpu_build(engine):
 
     policy, _ = engine
     assert vllm_cpu_build()
-    assert policy.settings.enforce_eager and not policy.can_sleep
+    assert policy.engine_args["enforce_eager"] and not policy.can_sleep
 
 
 @pytest.mark.parametrize("temperature", [1.0, 0.7])
@@ -80,7 +85,7 @@ def test_engine_logprobs_match_the_trainers(engine, trainer, temperature):
     temperature), what the trainer recomputes; TIS's ratio is ~1 before any update."""
     policy, tokenizer = engine
     contexts = [tokenizer.encode(t) for t in ("Put 42 in A1.", "Sum column B", "x")] * 2
-    params = SamplingParams(temperature=temperature, max_new_tokens=24, seed=5)
+    params = SamplingParams(temperature=temperature, top_p=1.0, top_k=0, max_new_tokens=24, seed=5)
     turns = policy.act(contexts, params)
     assert all(len(t.token_ids) == len(t.logprobs) > 0 for t in turns)
     assert len({tuple(t.token_ids) for t in turns}) == len(turns)  # a seed per row
@@ -108,7 +113,7 @@ def test_token_in_token_out_across_turns(engine):
     chat = [{"role": "user", "content": "Put 42 in A1."}]
     text = tokenizer.apply_chat_template(chat, tokenize=False, add_generation_prompt=True)
     first = tokenizer.encode(text, add_special_tokens=False)
-    params = SamplingParams(temperature=1.0, max_new_tokens=12, seed=11)
+    params = SamplingParams(temperature=1.0, top_p=1.0, top_k=0, max_new_tokens=12, seed=11)
     (turn1,) = policy.act([first], params)
     tool = tokenizer.encode(
         "<|im_end|>\n<|im_start|>user\n<tool_response>\nok\n</tool_response><|im_end|>\n<|im_start|>assistant\n"
@@ -120,7 +125,11 @@ def test_token_in_token_out_across_turns(engine):
         use_tqdm=False,
     )
     assert list(outputs.prompt_token_ids) == second
-    policy.submit("turn2", second, SamplingParams(temperature=1.0, max_new_tokens=12, seed=11))
+    policy.submit(
+        "turn2",
+        second,
+        SamplingParams(temperature=1.0, top_p=1.0, top_k=0, max_new_tokens=12, seed=11),
+    )
     done = []
     while policy.has_unfinished():
         done.extend(policy.poll())
@@ -171,23 +180,31 @@ def test_the_engine_says_when_it_first_serves_a_request(engine):
 def test_max_tokens_and_stop_ids_are_honoured(engine):
     policy, tokenizer = engine
     ctx = tokenizer.encode("Sum column B")
-    (turn,) = policy.act([ctx], SamplingParams(temperature=1.0, max_new_tokens=5, seed=3))
+    (turn,) = policy.act(
+        [ctx], SamplingParams(temperature=1.0, top_p=1.0, top_k=0, max_new_tokens=5, seed=3)
+    )
     assert len(turn.token_ids) == 5 and turn.finish_reason == "length"
     # the random model's 3rd token as a stop id: the turn ends right there, as "stop"
     from spreadrl.rollout.vllm_policy import VLLMPolicy
 
-    stopper = VLLMPolicy(
-        "unused", policy.settings, llm=policy.llm, stop_token_ids=[turn.token_ids[2]]
+    stopper = VLLMPolicy("unused", llm=policy.llm, stop_token_ids=[turn.token_ids[2]])
+    (cut,) = stopper.act(
+        [ctx], SamplingParams(temperature=1.0, top_p=1.0, top_k=0, max_new_tokens=5, seed=3)
     )
-    (cut,) = stopper.act([ctx], SamplingParams(temperature=1.0, max_new_tokens=5, seed=3))
     assert cut.token_ids == turn.token_ids[:3] and cut.finish_reason == "stop"
 
 
 def test_abort_stops_a_running_request(engine):
     policy, tokenizer = engine
     ctx = tokenizer.encode("Put 42 in A1.")
-    policy.submit("long", ctx, SamplingParams(temperature=1.0, max_new_tokens=1500, seed=1))
-    policy.submit("short", ctx, SamplingParams(temperature=1.0, max_new_tokens=3, seed=2))
+    policy.submit(
+        "long",
+        ctx,
+        SamplingParams(temperature=1.0, top_p=1.0, top_k=0, max_new_tokens=1500, seed=1),
+    )
+    policy.submit(
+        "short", ctx, SamplingParams(temperature=1.0, top_p=1.0, top_k=0, max_new_tokens=3, seed=2)
+    )
     finished = []
     while not finished:
         finished = policy.poll()
@@ -204,19 +221,24 @@ def test_a_request_past_its_episode_deadline_is_aborted(engine):
     """The episode scheduler against the real engine: a turn that cannot finish
     within the episode's wall time is aborted in the engine (abort_request) and the
     episode ends as wall_time; the engine holds nothing afterwards."""
-    from spreadrl.rollout.episode import EpisodeJob, RolloutSettings
-    from spreadrl.rollout.runner import run_episodes
+    from spreadrl.rollout.chat import EpisodeChat
+    from spreadrl.rollout.config import RolloutConfig
+    from spreadrl.rollout.episode import EpisodeJob
+    from spreadrl.rollout.runner import RunValues, run_episodes
     from tests.rollout.fakes import FakePool, make_task
 
     policy, tokenizer = engine
-    sampling = SamplingParams(temperature=1.0, max_new_tokens=1500, seed=0)
-    settings = RolloutSettings(
-        sampling=sampling, scheduler="episode", episode_wall_time_s=2.0, max_response_tokens=1600
+    cfg = RolloutConfig(
+        temperature=1.0,
+        max_new_tokens_per_turn=1500,
+        scheduler="episode",
+        episode_wall_time_s=2.0,
+        max_response_tokens=1600,
     )
     t0 = time.monotonic()
-    (traj,) = run_episodes(
-        policy, FakePool(), [EpisodeJob(make_task(), 1, 0)], settings, tokenizer
-    ).trajectories
+    jobs = [EpisodeJob(make_task(), 1, 0)]
+    chat, run = EpisodeChat.of(tokenizer), RunValues(seed=0)
+    (traj,) = run_episodes(policy, FakePool(), jobs, cfg, chat, run=run).trajectories
     assert traj.stop_reason == "wall_time", (traj.stop_reason, traj.error)
     assert time.monotonic() - t0 < 60  # ended near its deadline, not after 1,500 tokens
     assert not policy.has_unfinished()
@@ -264,17 +286,20 @@ def test_a_multi_turn_episode_continues_from_token_ids(engine):
     """Episode scheduler, two turns: the engine's request for turn 2 is the episode's
     exact token context (prompt + turn 1's ids + the tool response's ids), and the
     trajectory keeps the engine's sampled ids and log-probs."""
-    from spreadrl.rollout.episode import EpisodeJob, RolloutSettings
-    from spreadrl.rollout.runner import run_episodes
+    from spreadrl.rollout.chat import EpisodeChat
+    from spreadrl.rollout.config import RolloutConfig
+    from spreadrl.rollout.episode import EpisodeJob
+    from spreadrl.rollout.runner import RunValues, run_episodes
     from tests.rollout.fakes import FakePool, make_task
 
     policy, tokenizer = engine
     scripted = _ScriptedFirstTurn(policy, tokenizer)
-    sampling = SamplingParams(temperature=1.0, max_new_tokens=8, seed=4)
-    settings = RolloutSettings(sampling=sampling, scheduler="episode", max_turns=2)
-    (traj,) = run_episodes(
-        scripted, FakePool(), [EpisodeJob(make_task(), 1, 0)], settings, tokenizer
-    ).trajectories
+    cfg = RolloutConfig(
+        temperature=1.0, max_new_tokens_per_turn=8, scheduler="episode", max_turns=2
+    )
+    jobs = [EpisodeJob(make_task(), 1, 0)]
+    chat, run = EpisodeChat.of(tokenizer), RunValues(seed=4)
+    (traj,) = run_episodes(scripted, FakePool(), jobs, cfg, chat, run=run).trajectories
     assert traj.turns == 2 and traj.tool_calls == 1 and traj.passed, (traj.stop_reason, traj.error)
     ((rid, context),) = scripted.contexts.items()
     assert rid.split("@")[0].endswith("#1")
