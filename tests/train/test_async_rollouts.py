@@ -8,7 +8,9 @@ import threading
 
 import pytest
 
-from spreadrl.rollout.runner import EpisodeJob, RolloutSettings, run_episodes
+from spreadrl.rollout.chat import EpisodeChat
+from spreadrl.rollout.config import RolloutConfig
+from spreadrl.rollout.runner import EpisodeJob, run_episodes
 from spreadrl.rollout.types import PolicyTurn, SamplingParams, Trajectory
 from spreadrl.train.async_rollouts import (
     AsyncRollouts,
@@ -46,7 +48,7 @@ class Counter:
 def test_turns_carry_the_version_applied_before_the_call_and_only_the_newest_payload_loads():
     applied = []
     policy = VersionedPolicy(Counter(), applied.append, version=3)
-    params = SamplingParams()
+    params = SamplingParams(1.0, 1.0, 0, max_new_tokens=16)
     assert [t.version for t in policy.act([[1], [2]], params)] == [3, 3]
     policy.publish(4, "w4")
     policy.publish(5, "w5")  # replaces w4 before the producer got to it
@@ -119,10 +121,10 @@ def test_stop_ends_the_rollouts_in_flight_and_discards_them():
     finished: list[int] = []
 
     def produce(step: int) -> int:
-        policy.act([[1]], SamplingParams())
+        policy.act([[1]], SamplingParams(1.0, 1.0, 0, max_new_tokens=16))
         in_step.set()
         while True:  # an endless rollout: only the stop ends it
-            policy.act([[1]], SamplingParams())
+            policy.act([[1]], SamplingParams(1.0, 1.0, 0, max_new_tokens=16))
             if len(finished) > 10**9:
                 return step
 
@@ -131,7 +133,7 @@ def test_stop_ends_the_rollouts_in_flight_and_discards_them():
     producer.stop(timeout=WAIT_S)
     assert not producer._thread.is_alive()
     with pytest.raises(ProducerStopped):
-        policy.act([[1]], SamplingParams())
+        policy.act([[1]], SamplingParams(1.0, 1.0, 0, max_new_tokens=16))
 
 
 def test_the_streaming_wrapper_applies_weights_between_engine_steps_and_aborts_on_stop(
@@ -144,7 +146,7 @@ def test_the_streaming_wrapper_applies_weights_between_engine_steps_and_aborts_o
     applied: list[object] = []
     policy = versioned(inner, applied.append, version=0)
     assert isinstance(policy, VersionedStreamingPolicy)
-    params = SamplingParams(max_new_tokens=64)
+    params = SamplingParams(1.0, 1.0, 0, max_new_tokens=64)
     policy.submit("a", tok.encode("hi"), params)
     policy.publish(1, "w1")  # arrives while request "a" is running
     policy.submit("b", tok.encode("hello"), params)
@@ -175,8 +177,9 @@ def test_partial_rollouts_keep_each_turns_version(tiny_model):
         return turns
 
     inner.act = act_then_sync
-    settings = RolloutSettings(scheduler="turn", max_response_tokens=400)
-    out = run_episodes(policy, FakePool(), [EpisodeJob(make_task(), 1, 0)], settings, tok)
+    settings = RolloutConfig(scheduler="turn", max_response_tokens=400)
+    jobs = [EpisodeJob(make_task(), 1, 0)]
+    out = run_episodes(policy, FakePool(), jobs, settings, EpisodeChat.of(tok))
     traj = out.trajectories[0]
     finish_versions(traj)
     assert traj.turns == 3 and len(traj.response_versions) == len(traj.response_ids)
