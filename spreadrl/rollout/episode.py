@@ -7,6 +7,12 @@ record a sampled turn and start its tool calls, append the observations as
 tokens with loss mask 0, apply the budgets, and finish it (score). Keeping
 these apart from both drivers keeps imports one way (runner -> streaming ->
 episode) instead of a cycle.
+
+Every move reads the recipe's ``rollout`` section (:class:`RolloutConfig`) as it
+is, the run's :class:`~spreadrl.rollout.types.RunValues` (seed, prompt and context
+limits, where workbooks are kept) and, for a token-level policy, the
+:class:`~spreadrl.rollout.chat.EpisodeChat` its caller derived once (``None``: a
+message-level policy, read in the fallback format).
 """
 
 from __future__ import annotations

@@ -122,7 +122,7 @@ SURFACE: dict[str, Entry] = {
             "weight_transfer_config",
             # under torchrun: the rank's GPU, as a visible index (vLLM's --device-ids)
             "device_ids",
-            # vLLM's CPU build (vllm_policy.for_platform): an explicit KV cache, no compile
+            # vLLM's CPU build (vllm_policy.engine_kwargs, cpu=True): an explicit KV cache, no compile
             "kv_cache_memory_bytes",
             "enforce_eager",
         ),
