@@ -395,7 +395,7 @@ def test_an_episode_queued_behind_a_full_engine_is_not_timed_until_served(tiny_m
     jobs = [EpisodeJob(make_task(), 1, s) for s in range(6)]
     # an episode takes len(answer) engine steps once served; the last pair waits for two
     # pairs before it, so from submission it would need 3 x len(answer) steps
-    settings = RolloutSettings(scheduler="episode", episode_wall_time_s=len(answer) + 0.5)
-    trajs = run_episodes(policy, FakePool(), jobs, settings, tok).trajectories
+    settings = RolloutConfig(scheduler="episode", episode_wall_time_s=len(answer) + 0.5)
+    trajs = run_episodes(policy, FakePool(), jobs, settings, EpisodeChat.of(tok)).trajectories
     assert max(engine.served_at.values()) > len(answer) + 0.5  # some waited past the budget
     assert [t.stop_reason for t in trajs] == ["answered"] * 6, [t.error for t in trajs]

@@ -151,10 +151,12 @@ def test_the_engine_says_when_it_first_serves_a_request(engine):
     add up to the turn that generate() samples with the same seed."""
     policy, tokenizer = engine
     ctx = tokenizer.encode("Put 42 in A1.")
-    params = SamplingParams(temperature=1.0, max_new_tokens=9, seed=5)
+    params = SamplingParams(temperature=1.0, top_p=1.0, top_k=0, max_new_tokens=9, seed=5)
     policy.take_started()  # what earlier tests on this engine left untaken
     policy.submit("first", ctx, params)
-    policy.submit("second", ctx, SamplingParams(temperature=1.0, max_new_tokens=4, seed=6))
+    policy.submit(
+        "second", ctx, SamplingParams(temperature=1.0, top_p=1.0, top_k=0, max_new_tokens=4, seed=6)
+    )
     started: list[str] = []
     finished: dict[str, object] = {}
     while policy.has_unfinished():
