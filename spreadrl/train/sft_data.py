@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from spreadrl.errors import SpreadrlError
+from spreadrl.rollout.chat import ChatFormat, chat_format, render_prompt_ids, tool_response_ids
 from spreadrl.train.batching import Sample
 
 
@@ -40,17 +41,21 @@ def read_jsonl(path: Path) -> list[dict[str, Any]]:
 
 
 def encode_conversation(
-    tokenizer: Any, messages: Sequence[dict[str, Any]], tools: Sequence[dict[str, Any]] | None
+    tokenizer: Any,
+    messages: Sequence[dict[str, Any]],
+    tools: Sequence[dict[str, Any]] | None,
+    fmt: ChatFormat | None = None,
 ) -> Sample:
-    """Token ids and loss mask of one conversation (system/user first, then the agent's turns)."""
-    from spreadrl.rollout.chat import chat_format, render_prompt_ids, tool_response_ids
+    """Token ids and loss mask of one conversation (system/user first, then the agent's turns).
 
+    ``fmt``: the tokenizer's chat format, derived once by a caller encoding many
+    conversations (derived here when not given)."""
     first = next((i for i, m in enumerate(messages) if m["role"] == "assistant"), None)
     if first is None:
         raise SpreadrlError("conversation has no assistant message to train on")
     ids = list(render_prompt_ids(tokenizer, list(messages[:first]), list(tools or []) or None))
     mask = [0] * len(ids)
-    fmt = chat_format(tokenizer)
+    fmt = fmt or chat_format(tokenizer)
     end_ids = list(fmt.stop_ids[:1])
     pending_tools: list[str] = []
     for message in messages[first:]:
@@ -117,10 +122,11 @@ def load_sft_dataset(path: Path, tokenizer: Any, max_length: int) -> SFTDataset:
         raise SpreadrlError(
             f"{path}: the SFT data file has no rows (build one with `spreadrl data sft-build`)"
         )
+    fmt = chat_format(tokenizer)  # one derivation for the whole file
     for number, row in _numbered(path, rows):
         try:
             check_row(row)
-            sample = encode_conversation(tokenizer, row["messages"], row.get("tools"))
+            sample = encode_conversation(tokenizer, row["messages"], row.get("tools"), fmt)
         except SpreadrlError as exc:
             raise SpreadrlError(f"{path}:{number}: {exc}") from exc
         if len(sample.ids) > max_length:

@@ -225,6 +225,9 @@ class LLMEngine:
         self.steps = 0
         self.served_at: dict[str, int] = {}
         self.sent: dict[str, int] = {}  # tokens already streamed, per request
+        # each streamed request's whole completion, computed once when first served (a
+        # transformers-backed fake would otherwise regenerate it at every step)
+        self.full: dict[str, CompletionOutput] = {}
 
     def add_request(self, request_id: str, prompt: dict, params: SamplingParams) -> str:
         if not isinstance(request_id, str):
@@ -272,7 +275,9 @@ class LLMEngine:
                 outs.append(RequestOutput(rid, [CompletionOutput("", [], [], "abort")], True))
                 done.append(rid)
                 continue
-            full = self.llm.complete(ctx, params)
+            full = self.full.get(rid)
+            if full is None:
+                full = self.full[rid] = self.llm.complete(ctx, params)
             i = self.sent.get(rid, 0)
             last = i + 1 >= len(full.token_ids)
             ids = full.token_ids[i : i + 1]
@@ -284,6 +289,7 @@ class LLMEngine:
             outs.append(RequestOutput(rid, [delta], finished=last))
             if last:
                 done.append(rid)
+                del self.full[rid]
         self.queue = [q for q in self.queue if q[0] not in done]
         return outs
 
@@ -291,6 +297,8 @@ class LLMEngine:
         self.calls["abort_request"] += 1
         self.aborted.extend(request_ids)
         self.queue = [q for q in self.queue if q[0] not in request_ids]
+        for request_id in request_ids:
+            self.full.pop(request_id, None)
 
 
 class FakeLLM:
