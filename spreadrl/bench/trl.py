@@ -240,8 +240,9 @@ def same_prompts(model_dir: Path, shape: Shape) -> list[RenderedPrompt]:
     from spreadrl.data.sources import resolve_tasks
     from spreadrl.env.factory import make_env_pool
     from spreadrl.models.init import load_model_and_tokenizer
+    from spreadrl.rollout.chat import EpisodeChat
     from spreadrl.rollout.episode import EpisodeJob, start_episodes
-    from spreadrl.train.grpo import rollout_settings
+    from spreadrl.train.grpo import rollout_run
     from spreadrl.train.sampler import EpochShuffle
 
     cfg = spreadrl_config(model_dir, shape, model_dir.parent / "prompts-run")  # never written
@@ -251,7 +252,8 @@ def same_prompts(model_dir: Path, shape: Shape) -> list[RenderedPrompt]:
     draws = sampler.next(shape.prompts * shape.steps)
     jobs = [EpisodeJob(tasks.get(tid), case, i) for i, (tid, case) in enumerate(draws)]
     with make_env_pool(cfg.env) as pool:
-        states = start_episodes(pool, jobs, rollout_settings(cfg, cfg.seed), tokenizer)
+        run, chat = rollout_run(cfg, cfg.seed), EpisodeChat.of(tokenizer)
+        states = start_episodes(pool, jobs, cfg.rollout, run, chat)
     out: list[RenderedPrompt] = []
     for state in states:
         traj = state.traj
