@@ -25,8 +25,13 @@ from typing import TYPE_CHECKING, Any
 from spreadrl.errors import SpreadrlError
 
 if TYPE_CHECKING:
+    from concurrent.futures import Future
+
     from transformers import PreTrainedTokenizerBase
 
+    from spreadrl.data.task import Task
+    from spreadrl.env.types import EpisodeResult, Observation, StepResult, ToolCall
+    from spreadrl.rollout.episode import EnvPoolLike
     from spreadrl.rollout.policy import Policy
 
 log = logging.getLogger(__name__)
@@ -220,7 +225,7 @@ def steps_of(
     return steps
 
 
-def _cell_value(value: Any) -> Any:
+def _cell_value(value: object) -> str | int | float | bool | None:
     if value is None or isinstance(value, str | int | float | bool):
         return value
     return str(value)
@@ -282,12 +287,12 @@ class TaskProgress:
         self._started = time.monotonic()
         self._done = False
 
-    def call(self, call: Any) -> int:
+    def call(self, call: ToolCall) -> int:
         with self._lock:
             self._events.append({"call": call.to_json(), "observation": None, "ok": None})
             return len(self._events) - 1
 
-    def result(self, index: int, result: Any) -> None:
+    def result(self, index: int, result: StepResult) -> None:
         with self._lock:
             event = self._events[index]
             event["observation"] = result.observation[:MAX_PROGRESS_CHARS]
@@ -339,25 +344,25 @@ class ProgressStore:
 class ProgressPool:
     """An environment pool that reports each tool call and its result to a TaskProgress."""
 
-    def __init__(self, pool: Any, progress: TaskProgress) -> None:
+    def __init__(self, pool: EnvPoolLike, progress: TaskProgress) -> None:
         self.pool = pool
         self.progress = progress
 
-    def reset(self, episode_id: str, task: Any, case: int) -> Any:
+    def reset(self, episode_id: str, task: Task, case: int) -> Future[Observation]:
         return self.pool.reset(episode_id, task, case)
 
-    def step(self, episode_id: str, call: Any) -> Any:
+    def step(self, episode_id: str, call: ToolCall) -> Future[StepResult]:
         index = self.progress.call(call)
         future = self.pool.step(episode_id, call)
 
-        def done(f: Any) -> None:
+        def done(f: Future[StepResult]) -> None:
             if not f.cancelled() and f.exception() is None:
                 self.progress.result(index, f.result())
 
         future.add_done_callback(done)
         return future
 
-    def finish(self, episode_id: str, **kwargs: Any) -> Any:
+    def finish(self, episode_id: str, **kwargs: str | None) -> Future[EpisodeResult]:
         return self.pool.finish(episode_id, **kwargs)
 
 
