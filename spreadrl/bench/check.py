@@ -16,16 +16,18 @@ import time
 from pathlib import Path
 from typing import Any
 
+import openpyxl
 import typer
 from rich.console import Console
 from rich.table import Table
 
+from spreadrl.data.builtin import builtin_tasks
+from spreadrl.env.checker import check_workbook
+from spreadrl.env.episode import replay
 from spreadrl.env.recalc import available_engines, get_engine
 
 
 def _make_tasks(root: Path, count: int) -> list[tuple[Path, Path, str]]:
-    import openpyxl
-
     cases = []
     for i in range(count):
         answer, output = openpyxl.Workbook(), openpyxl.Workbook()
@@ -45,8 +47,6 @@ def _make_tasks(root: Path, count: int) -> list[tuple[Path, Path, str]]:
 
 
 def _make_formula_book(path: Path, formulas: int) -> Path:
-    import openpyxl
-
     wb = openpyxl.Workbook()
     ws = wb.active
     rows = formulas // 5
@@ -66,10 +66,6 @@ def builtin_check_times(
 ) -> dict[str, Any]:
     """Per-engine check times (s) of every case of built-in ``split`` whose reference
     solution replays; engines alternate case by case. Also counts passes per engine."""
-    from spreadrl.data.builtin import builtin_tasks  # these load openpyxl and the gym
-    from spreadrl.env.checker import check_workbook
-    from spreadrl.env.episode import replay
-
     cases = []
     for task in builtin_tasks(split):
         for case in task.cases:
@@ -102,8 +98,6 @@ def bench_check(
     passes: int = typer.Option(3, "--passes", min=1, help="Rounds over the built-in cases."),
 ) -> None:
     """Tasks checked per second, and recalc time of a 10,000-formula workbook per engine."""
-    from spreadrl.env.checker import check_workbook
-
     console = Console()
     table = Table("measure", "engine", "value")
     with tempfile.TemporaryDirectory(prefix="spreadrl-bench-") as tmp:

@@ -17,22 +17,24 @@ import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, TypeAlias
+from typing import Any
 
+import openpyxl
 import typer
+from openpyxl.worksheet.worksheet import Worksheet
 from rich.console import Console
 from rich.table import Table
 
+from spreadrl.data.builtin import builtin_tasks
+from spreadrl.data.task import Task, TaskCase
 from spreadrl.env.config import EnvConfig
+from spreadrl.env.episode import SpreadsheetEnv
+from spreadrl.env.pool import EnvPool
 from spreadrl.env.sandbox import bwrap_problem
+from spreadrl.env.types import ToolCall
 from spreadrl.errors import SpreadrlError
 
-if TYPE_CHECKING:  # the task and gym modules load openpyxl: not at `spreadrl --help`
-    from openpyxl.worksheet.worksheet import Worksheet
-
-    from spreadrl.data.task import Task
-
-Episode: TypeAlias = "tuple[Task, int, list[dict[str, Any]]]"
+Episode = tuple[Task, int, list[dict[str, Any]]]
 """A replayed episode: the task, its case index and the reference solution's tool calls."""
 
 
@@ -43,10 +45,6 @@ def _pct(values: list[float], q: float) -> float:
 
 def _one_sheet_task(root: Path, name: str, fill: Callable[[Worksheet], None]) -> Task:
     """A throwaway Task whose input is built by ``fill(ws)`` (answer = input)."""
-    import openpyxl
-
-    from spreadrl.data.task import Task, TaskCase
-
     folder = root / name
     folder.mkdir(parents=True)
     wb = openpyxl.Workbook()
@@ -86,8 +84,6 @@ NON_CODE_CALLS = [
 
 
 def _probes(root: Path, repeats: int) -> dict[str, Any]:
-    from spreadrl.env.episode import SpreadsheetEnv
-
     config = EnvConfig(max_tool_calls=100_000)
     out: dict[str, Any] = {}
     with SpreadsheetEnv(config) as env:
@@ -130,8 +126,6 @@ def _sandbox_backend() -> str:
 
 
 def _replay_inline(episodes: list[Episode]) -> dict[str, Any]:
-    from spreadrl.env.episode import SpreadsheetEnv
-
     per_tool: dict[str, list[float]] = {}
     finish, rewards = [], []
     start = time.perf_counter()
@@ -150,10 +144,6 @@ def _replay_inline(episodes: list[Episode]) -> dict[str, Any]:
 
 def _replay_pool(episodes: list[Episode], workers: int) -> tuple[float, list[float]]:
     """Episodes/s through EnvPool with ``workers`` processes and as many driver threads."""
-    from spreadrl.env.episode import SpreadsheetEnv
-    from spreadrl.env.pool import EnvPool
-    from spreadrl.env.types import ToolCall
-
     factory = functools.partial(SpreadsheetEnv, EnvConfig(max_tool_calls=1000))
     rewards: list[float] = []
     queue = list(enumerate(episodes))
@@ -203,8 +193,6 @@ def bench_env(
 
       spreadrl bench env --episodes 64 --concurrency 2
     """
-    from spreadrl.data.builtin import builtin_tasks
-
     console = Console()
     suite = [
         (task, case.index, case.load_solution())

@@ -10,10 +10,7 @@ is not counted: MFU measures useful work.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
-if TYPE_CHECKING:  # transformers loads torch: not at `spreadrl --help` (cli.bench imports this)
-    from transformers import PretrainedConfig
+from transformers import PretrainedConfig
 
 # Dense bf16 tensor-core peaks (TFLOP/s) from the vendors' datasheets, matched on the
 # device name torch reports; the first match wins, so specific names come first.

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import json
 import os
+import socket
 import subprocess
 import sys
 import tempfile
@@ -31,12 +32,18 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
+import torch
 import typer
 from rich.console import Console
 from rich.table import Table
+from transformers import AutoConfig
 
 from spreadrl.bench.flops import peak_tflops, train_flops_per_token
 from spreadrl.config import load_config
+from spreadrl.models.init import init_model
+from spreadrl.models.tokenizer import default_corpus, train_tokenizer
+from spreadrl.train.config import GRPOConfig
+from spreadrl.train.grpo import train_grpo
 
 # seed 000's recipe, from the repository checkout this package runs from
 RECIPE = Path(__file__).resolve().parents[2] / "configs" / "spreadsheet-rl-4b.yaml"
@@ -94,9 +101,6 @@ def grpo_overrides(shape: Shape, model: str, out: Path) -> list[str]:
 
 def build_model(root: Path, shape: Shape) -> tuple[str, str]:
     """A random model of ``shape``; returns (folder, which tokenizer it has)."""
-    from spreadrl.models.init import init_model
-    from spreadrl.models.tokenizer import default_corpus, train_tokenizer
-
     if shape.vocab_size:
         try:
             from spreadrl.models.qwen3 import load_qwen3_tokenizer
@@ -113,12 +117,6 @@ def build_model(root: Path, shape: Shape) -> tuple[str, str]:
 
 def run_leg(shape: Shape, model: str, out: Path) -> dict[str, Any]:
     """Run the GRPO steps in this process (plain, or one torchrun worker); summarise them."""
-    import torch
-    from transformers import AutoConfig
-
-    from spreadrl.train.config import GRPOConfig
-    from spreadrl.train.grpo import train_grpo
-
     cfg = load_config(GRPOConfig, RECIPE, grpo_overrides(shape, model, out))
     cuda = shape.device.startswith("cuda")
     train_grpo(cfg, console=Console(quiet=True))
@@ -267,8 +265,6 @@ def _table(results: dict[str, dict[str, Any]]) -> Table:
 
 
 def _free_port() -> int:
-    import socket
-
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]

@@ -26,12 +26,16 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import openpyxl
 import typer
+from openpyxl.worksheet.formula import ArrayFormula
 from rich.console import Console
 from rich.table import Table
 
 from spreadrl.env import recalc
+from spreadrl.env.checker import column_name, values_match
 from spreadrl.env.recalc import libreoffice
+from spreadrl.env.recalc.values import has_uncached_formulas, load_values
 from spreadrl.errors import SpreadrlError
 
 VOLATILE = ("NOW", "TODAY", "RAND", "RANDBETWEEN", "RANDARRAY", "INFO", "CELL")
@@ -131,8 +135,6 @@ def formula_cells(path: Path) -> dict[tuple[str, int, int], str]:
     Shared formulas come back expanded per cell; an array (CSE) formula is its
     anchor cell, written ``{=...}``.
     """
-    import openpyxl
-    from openpyxl.worksheet.formula import ArrayFormula
 
     book = openpyxl.load_workbook(path, data_only=False)
     cells: dict[tuple[str, int, int], str] = {}
@@ -150,7 +152,6 @@ def formula_cells(path: Path) -> dict[tuple[str, int, int], str]:
 
 def strip_cached(src: Path, dst: Path) -> None:
     """Re-save ``src`` with openpyxl: formulas kept, cached values dropped (an agent's output)."""
-    import openpyxl
 
     keep_vba = src.suffix.lower() == ".xlsm"
     book = openpyxl.load_workbook(src, keep_vba=keep_vba)
@@ -165,9 +166,6 @@ def measure_workbook(
     path: Path, engines: list[str], tallies: dict[str, EngineTally], tmp: Path
 ) -> str:
     """Compare every formula cell of one workbook per engine; '' or why it was skipped."""
-    from spreadrl.env.checker import column_name, values_match
-    from spreadrl.env.recalc.values import has_uncached_formulas, load_values
-
     if not excel_saved(path):
         return "not saved by Excel"
     try:

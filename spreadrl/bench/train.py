@@ -22,14 +22,23 @@ import time
 from pathlib import Path
 from typing import Any
 
+import torch
 import typer
 from rich.console import Console
 from rich.table import Table
+from transformers import Qwen3Config, Qwen3ForCausalLM
 
 from spreadrl.bench.flops import peak_tflops as lookup_peak
 from spreadrl.bench.flops import train_flops_per_token
 from spreadrl.bench.rollout import _random_model
 from spreadrl.config import load_config
+from spreadrl.models.init import load_model_and_tokenizer
+from spreadrl.train.batching import Sample, collate
+from spreadrl.train.config import GRPOConfig
+from spreadrl.train.grpo import train_grpo
+from spreadrl.train.logprobs import sequence_logprobs
+from spreadrl.train.memory import PeakMemory
+from spreadrl.train.sft import sft_loss_step
 
 
 def bench_train(
@@ -54,14 +63,6 @@ def bench_train(
     device: str = typer.Option("cpu"),
 ) -> None:
     """SFT tokens/s, MFU and peak memory; GRPO step time split (generate / tools / logprobs / update)."""
-    import torch  # torch, transformers and the trainer: only when the bench runs
-
-    from spreadrl.models.init import load_model_and_tokenizer
-    from spreadrl.train.batching import Sample
-    from spreadrl.train.config import GRPOConfig
-    from spreadrl.train.grpo import train_grpo
-    from spreadrl.train.sft import sft_loss_step
-
     console = Console()
     table = Table("measure", "value")
     cuda = device.startswith("cuda")
@@ -165,13 +166,6 @@ def bench_logprobs(
     device: str = typer.Option("cpu"),
 ) -> None:
     """Peak memory added by, and time of, one log-prob pass over a long sequence."""
-    import torch
-    from transformers import Qwen3Config, Qwen3ForCausalLM
-
-    from spreadrl.train.batching import Sample, collate
-    from spreadrl.train.logprobs import sequence_logprobs
-    from spreadrl.train.memory import PeakMemory
-
     torch.manual_seed(0)
     heads = max(1, hidden // 16)
     config = Qwen3Config(

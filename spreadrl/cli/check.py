@@ -8,6 +8,7 @@ from pathlib import Path
 import typer
 
 from spreadrl.cli.console import plain
+from spreadrl.data.task import load_tasks
 from spreadrl.env.config import check_engine_name
 from spreadrl.errors import SpreadrlError
 
@@ -57,7 +58,6 @@ def check(
 
 
 def _load_one_task(tasks_dir: Path | None, task: str):
-    from spreadrl.data.task import load_tasks
 
     folder = Path(task)
     if (folder / "dataset.json").is_file():
@@ -113,7 +113,6 @@ def _check_one(
 def _check_set(console, tasks_dir: Path, outputs: Path, json_path: Path | None, engine: str):
     from rich.table import Table
 
-    from spreadrl.data.task import load_tasks
     from spreadrl.env.checker import score_task
 
     if not outputs.is_dir():

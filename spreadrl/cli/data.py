@@ -7,6 +7,11 @@ from pathlib import Path
 import typer
 
 from spreadrl.cli import data_curate, data_sft
+from spreadrl.data.builtin import builtin_tasks
+from spreadrl.data.importers import copy_tasks, import_spreadsheet_rl, import_spreadsheetbench
+from spreadrl.data.info import render_summary, summarize_tasks
+from spreadrl.data.synth import describe_families, synthesize
+from spreadrl.data.task import load_tasks
 from spreadrl.errors import SpreadrlError
 
 app = typer.Typer(
@@ -50,7 +55,6 @@ def synth(
     """
     from rich.console import Console
 
-    from spreadrl.data.synth import describe_families, synthesize
     from spreadrl.env.case_check import verify_case
 
     console = Console()
@@ -139,8 +143,6 @@ def import_(
     from rich.console import Console
     from rich.table import Table
 
-    from spreadrl.data.importers import import_spreadsheet_rl, import_spreadsheetbench
-
     if source not in IMPORT_SOURCES:
         raise SpreadrlError(f"--from {source!r}: expected one of {', '.join(IMPORT_SOURCES)}")
     if source == "spreadsheetbench":
@@ -193,9 +195,6 @@ def info(
 
     from rich.console import Console
 
-    from spreadrl.data.info import render_summary, summarize_tasks
-    from spreadrl.data.task import load_tasks
-
     summary = summarize_tasks(load_tasks(tasks_dir, skip_bad=skip_bad), count_cells=cells)
     if as_json:
         typer.echo(json.dumps(summary, indent=2, ensure_ascii=False))
@@ -219,8 +218,6 @@ def builtin(
     """
     from rich.console import Console
 
-    from spreadrl.data.builtin import builtin_tasks
-
     if split not in BUILTIN_SPLITS:
         raise SpreadrlError(f"--split {split!r}: expected one of {', '.join(BUILTIN_SPLITS)}")
     task_set = builtin_tasks(split)
@@ -229,7 +226,6 @@ def builtin(
         console.print(f"built-in {split}: {len(task_set)} tasks")
         typer.echo(str(task_set.root))
         return
-    from spreadrl.data.importers import copy_tasks
 
     copied = copy_tasks(task_set, out, overwrite=overwrite)
     console.print(f"copied built-in {split} ({len(copied)} tasks) to {copied.root}", markup=False)

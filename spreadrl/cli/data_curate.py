@@ -10,6 +10,10 @@ from pathlib import Path
 import typer
 
 from spreadrl.cli.console import plain
+from spreadrl.data import filters
+from spreadrl.data.download import DATASETS, download_dataset
+from spreadrl.data.split import parse_ratios, split_tasks
+from spreadrl.data.task import load_tasks
 from spreadrl.env.config import check_engine_name
 from spreadrl.errors import SpreadrlError
 
@@ -64,8 +68,6 @@ def download(
       spreadrl data download taco --out data/taco --data-files ~/taco/train.parquet
     """
     from rich.console import Console
-
-    from spreadrl.data.download import DATASETS, download_dataset
 
     console = Console()
     if list_sets:
@@ -160,8 +162,6 @@ def filter_tasks(
     from rich.console import Console
     from rich.table import Table
 
-    from spreadrl.data import filters as f
-    from spreadrl.data.task import load_tasks
     from spreadrl.env.task_filters import ReproducibleFilter, StructureFilter
 
     check_engine_name(engine, "--engine")
@@ -170,23 +170,27 @@ def filter_tasks(
         raise SpreadrlError("data filter needs --out DIR (or --dry-run)")
     if (tokenizer is None) != (max_prompt_tokens is None):
         raise SpreadrlError("--tokenizer and --max-prompt-tokens go together")
-    chosen: list[f.Filter] = []
+    chosen: list[filters.Filter] = []
     if structure:
         chosen.append(StructureFilter(engine))
     if reproducible:
         chosen.append(ReproducibleFilter(engine))
     if tokenizer is not None:
-        chosen.append(f.PromptLengthFilter(f.load_tokenizer(tokenizer), max_prompt_tokens))
+        chosen.append(
+            filters.PromptLengthFilter(filters.load_tokenizer(tokenizer), max_prompt_tokens)
+        )
     if pass_rates is not None:
-        chosen.append(f.PassRateFilter(f.load_pass_rates(pass_rates), min_pass, max_pass))
+        chosen.append(
+            filters.PassRateFilter(filters.load_pass_rates(pass_rates), min_pass, max_pass)
+        )
     if dedup is not None:
-        chosen.append(f.DedupFilter(dedup))
+        chosen.append(filters.DedupFilter(dedup))
     if not chosen:
         raise SpreadrlError("no filter chosen; see `spreadrl data filter --help`")
     task_set = load_tasks(tasks_dir, skip_bad=True)
-    report = f.apply_filters(
+    report = filters.apply_filters(
         task_set,
-        f.default_order(chosen),
+        filters.default_order(chosen),
         None if dry_run else out,
         overwrite=overwrite,
         progress=not as_json,
@@ -232,9 +236,6 @@ def split(
       spreadrl data split data/srl-clean --out data/srl-splits --ratios 0.8,0.1,0.1 --seed 0
     """
     from rich.console import Console
-
-    from spreadrl.data.split import parse_ratios, split_tasks
-    from spreadrl.data.task import load_tasks
 
     report = split_tasks(
         load_tasks(tasks_dir),

@@ -4,15 +4,13 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import typer
 
+from spreadrl.data.task import Task, load_tasks
 from spreadrl.env.config import EnvConfig
 from spreadrl.errors import SpreadrlError
-
-if TYPE_CHECKING:  # the task modules load openpyxl: not at `spreadrl --help`
-    from spreadrl.data.task import Task
 
 app = typer.Typer(help="The Spreadsheet Gym: tool schemas, episode replay.", no_args_is_help=True)
 
@@ -56,8 +54,6 @@ def tools(
 
 def _find_task(ref: str, tasks_dir: Path | None, trajectory: Path) -> Task:
     """A task by id within --tasks DIR, or by folder (relative to cwd or the trajectory)."""
-    from spreadrl.data.task import load_tasks
-
     if tasks_dir is not None:
         task_set = load_tasks(tasks_dir)
         for task in task_set:

@@ -162,7 +162,7 @@ def test_info_on_a_folder_without_dataset_json(tmp_path):
 
 
 def test_builtin_prints_location_and_copies(tmp_path, monkeypatch):
-    import spreadrl.data.builtin as builtin
+    import spreadrl.cli.data as data_cli
 
     src = make_spreadsheetbench(tmp_path / "sb")
     native = tmp_path / "cache" / "demo-test"
@@ -173,7 +173,7 @@ def test_builtin_prints_location_and_copies(tmp_path, monkeypatch):
         asked.append(split)
         return load_tasks(native)
 
-    monkeypatch.setattr(builtin, "builtin_tasks", fake_builtin_tasks)
+    monkeypatch.setattr(data_cli, "builtin_tasks", fake_builtin_tasks)
     result = _run("builtin", "--split", "demo-test")
     assert result.exit_code == 0 and asked == ["demo-test"]
     assert str(native) in result.output and "2 tasks" in result.output
