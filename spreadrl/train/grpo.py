@@ -400,10 +400,10 @@ def train_grpo(
             memory.reset()
             t0 = t_train = time.perf_counter()
             with gathered_params(model):  # every rank enters: gathering is a collective
-                # asynchronous: the proximal policy of decoupled PPO, always
-                if samples and (
-                    steps_async is not None or us.ppo_epochs > 1 or _minibatches(cfg) > 1
-                ):
+                # the proximal policy (decoupled PPO in asynchronous mode too): with one
+                # epoch of one mini-batch it is the weights of the single update, whose
+                # detached log-probs policy_update uses, so this pass would only repeat them
+                if samples and (us.ppo_epochs > 1 or _minibatches(cfg) > 1):
                     old = compute_logprobs(
                         model,
                         samples,

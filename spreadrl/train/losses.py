@@ -69,6 +69,8 @@ def policy_loss(
             "approx_kl": float(masked_mean(0.5 * (logp - old_logp) ** 2, mask)),
             "ratio_mean": float(masked_mean(ratio, mask)),
         }
+        if tis_weights is not None:  # TIS, or asynchronous GRPO's behaviour weights
+            metrics["tis_weight_mean"] = float(masked_mean(tis_weights, mask))
     return loss, metrics
 
 

@@ -163,7 +163,9 @@ def test_max_staleness_one_trains_on_stale_rollouts_with_the_corrected_loss(
     steps = 3
     hold = Hold(monkeypatch, steps)
     out = tmp_path / "async"
-    cfg = _cfg(tiny_model_dir, out, steps, ("rollout.max_staleness=1", "loss.tis=false"))
+    # two PPO epochs: the proximal log-probs get their own pass at the start of the update
+    extra = ("rollout.max_staleness=1", "loss.tis=false", "optim.ppo_epochs=2")
+    cfg = _cfg(tiny_model_dir, out, steps, extra)
     final = grpo.train_grpo(cfg, console=Console(quiet=True), pool=FakePool(), tasks=_tasks())
     assert (final / "model.safetensors").exists()
     metrics = _metrics(out)
@@ -180,7 +182,7 @@ def test_max_staleness_one_trains_on_stale_rollouts_with_the_corrected_loss(
     assert all(s.tis for s in hold.settings)
     assert all(x.old_logprobs is not None and x.version is not None for x in hold.samples[1])
     assert {x.version for x in hold.samples[1]} == {0}
-    assert all("behaviour_weight_mean" in m for m in metrics)
+    assert all("behaviour_weight_mean" in m and "tis_weight_mean" in m for m in metrics)
     # hf samples what the trainer computes: up to float rounding, weights of 1 at version 0
     assert metrics[0]["behaviour_weight_mean"] == pytest.approx(1.0, abs=1e-3)
     logged = [json.loads(x) for x in (out / "trajectories.jsonl").read_text().splitlines()]
@@ -217,7 +219,10 @@ def test_ctrl_c_stops_the_producer_and_the_resumed_run_draws_the_in_flight_promp
         pool=FakePool(),
         tasks=tasks,
     )
-    assert [m["step"] for m in _metrics(out)] == [1, 2, 3]
+    metrics = _metrics(out)
+    assert [m["step"] for m in metrics] == [1, 2, 3]
+    # one epoch, one mini-batch: no proximal pass, the behaviour weights are still applied
+    assert all("tis_weight_mean" in m and "behaviour_weight_mean" not in m for m in metrics)
     expected = EpochShuffle([(t.id, c) for t, c in tasks.episodes()], seed=0)
     draws = [sorted(tid for tid, _ in expected.next(2)) for _ in range(3)]
     logged = [json.loads(x) for x in (out / "trajectories.jsonl").read_text().splitlines()]

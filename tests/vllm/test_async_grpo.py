@@ -111,7 +111,7 @@ def test_async_grpo_on_vllm_reloads_published_weights_between_engine_steps(
     assert metrics[0]["staleness_max"] == 0.0
     assert all(m["trained_sequences"] == 4 for m in metrics)
     # step 1: the engine sampled the weights the trainer starts from (float rounding only)
-    assert metrics[0]["behaviour_weight_mean"] == pytest.approx(1.0, abs=1e-2)
+    assert metrics[0]["tis_weight_mean"] == pytest.approx(1.0, abs=1e-2)
     print(
         f"reloads {len(applied)}, probe |engine - trainer| {worst:.2e}, moved {moved:.2e}, "
         f"staleness_max {[m['staleness_max'] for m in metrics]}, "
