@@ -17,9 +17,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
-from transformers import PreTrainedTokenizerBase
-
-from spreadrl.rollout.chat import chat_format, render_prompt_ids
+from spreadrl.rollout.chat import EpisodeChat
 from spreadrl.rollout.parsing import parse_assistant_turn
 from spreadrl.rollout.policy import TokenPolicy
 from spreadrl.rollout.types import SamplingParams
@@ -77,15 +75,16 @@ def sampling_for(request: ChatCompletionRequest, max_tokens: int) -> SamplingPar
 
 def complete(
     policy: TokenPolicy,
-    tokenizer: PreTrainedTokenizerBase,
+    chat: EpisodeChat,
     request: ChatCompletionRequest,
     max_tokens: int,
 ) -> Completion:
-    """Generate one assistant turn for ``request`` (blocking; run it in a worker thread)."""
-    fmt = chat_format(tokenizer)
+    """Generate one assistant turn for ``request`` (blocking; run it in a worker thread).
 
+    ``chat`` is the server's, its format derived once when the app was built."""
+    tokenizer, fmt = chat.tokenizer, chat.fmt
     tools = [t.model_dump() for t in request.tools] if request.tools else None
-    prompt_ids = render_prompt_ids(tokenizer, to_template_messages(request), tools)
+    prompt_ids = chat.prompt_ids(to_template_messages(request), tools)
     (turn,) = policy.act([prompt_ids], sampling_for(request, max_tokens))
     ids = turn.token_ids or []
     text = tokenizer.decode(ids, skip_special_tokens=False) if turn.token_ids else turn.text

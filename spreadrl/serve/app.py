@@ -23,6 +23,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from transformers import PreTrainedTokenizerBase
 
 from spreadrl.errors import SpreadrlError
+from spreadrl.rollout.chat import EpisodeChat
 from spreadrl.rollout.policy import TokenPolicy
 from spreadrl.serve import routes
 from spreadrl.serve.limits import (
@@ -96,7 +97,7 @@ def create_app(
         admission=admission,
         metrics=metrics,
         policy=LockedPolicy(policy, threading.Lock()),
-        tokenizer=tokenizer,
+        chat=EpisodeChat.of(tokenizer),
         pool_factory=pool_factory or gym_pool_factory(settings.env_workers),
         progress=ProgressStore(),
         work_dir=Path(work_dir) if work_dir is not None else None,

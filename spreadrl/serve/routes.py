@@ -24,9 +24,9 @@ from fastapi.responses import (
     StreamingResponse,
 )
 from starlette.exceptions import HTTPException as StarletteHTTPException
-from transformers import PreTrainedTokenizerBase
 
 from spreadrl.errors import SpreadrlError
+from spreadrl.rollout.chat import EpisodeChat
 from spreadrl.serve import agent
 from spreadrl.serve.limits import Admission, DeadlineExceeded, LockedPolicy, Metrics, Overloaded
 from spreadrl.serve.page import index_html
@@ -53,7 +53,7 @@ class Served:
     admission: Admission
     metrics: Metrics
     policy: LockedPolicy
-    tokenizer: PreTrainedTokenizerBase
+    chat: EpisodeChat  # the tokenizer and its chat format, derived once per app
     pool_factory: PoolFactory
     progress: ProgressStore
     work_dir: Path | None
@@ -192,9 +192,7 @@ async def chat(
             "invalid_request_error",
             "model_not_found",
         )
-    result = await admitted(
-        served, agent.complete, served.policy, served.tokenizer, body, max_tokens
-    )
+    result = await admitted(served, agent.complete, served.policy, served.chat, body, max_tokens)
     if isinstance(result, JSONResponse):
         return result
     served.metrics.add_tokens(result.prompt_tokens, result.completion_tokens)
@@ -248,7 +246,7 @@ async def tasks(
             served,
             run_task,
             served.policy,
-            served.tokenizer,
+            served.chat,
             served.pool_factory,
             served.store,
             data,

@@ -27,10 +27,9 @@ from spreadrl.errors import SpreadrlError
 if TYPE_CHECKING:
     from concurrent.futures import Future
 
-    from transformers import PreTrainedTokenizerBase
-
     from spreadrl.data.task import Task
     from spreadrl.env.types import EpisodeResult, Observation, StepResult, ToolCall
+    from spreadrl.rollout.chat import EpisodeChat
     from spreadrl.rollout.episode import EnvPoolLike
     from spreadrl.rollout.policy import Policy
 
@@ -118,7 +117,7 @@ class TaskRequest:
 
 def run_task(
     policy: Policy,
-    tokenizer: PreTrainedTokenizerBase | None,
+    chat: EpisodeChat | None,
     pool_factory: PoolFactory,
     store: TaskStore,
     upload: bytes,
@@ -131,7 +130,6 @@ def run_task(
     ``progress`` (optional) receives each tool call and its result as they happen,
     for the page's progress view."""
     from spreadrl.data.task import CELL_LEVEL, Task, TaskCase
-    from spreadrl.rollout.chat import EpisodeChat
     from spreadrl.rollout.config import RolloutConfig
     from spreadrl.rollout.runner import EpisodeJob, RunValues, run_episodes
 
@@ -158,7 +156,6 @@ def run_task(
         episode_wall_time_s=request.timeout_s,
     )
     run = RunValues(keep_outputs_dir=str(folder / "out"))
-    chat = EpisodeChat.of(tokenizer) if tokenizer is not None else None
     try:
         with pool_factory(request.preset) as pool:
             if progress is not None:
