@@ -278,7 +278,7 @@ def test_serve_splits_a_thinking_models_reply(thinking_tokenizer):
     request = ChatCompletionRequest(
         messages=[{"role": "user", "content": "Put 42 in A1."}], tools=SCHEMAS
     )
-    done_ = complete(policy, tok, request, max_tokens=64)
+    done_ = complete(policy, EpisodeChat(tok, fmt), request, max_tokens=64)
     (prompt,) = policy.contexts
     assert prompt[-2:] == [THINK, tok.encode("\n", add_special_tokens=False)[0]]
     assert done_.reasoning == "Plan." and done_.finish_reason == "tool_calls"
