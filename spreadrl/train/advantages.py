@@ -11,16 +11,18 @@ GRPO compute it. Every token of a rollout gets that rollout's advantage.
 
 from __future__ import annotations
 
-from typing import Any
+from collections.abc import Sequence
+
+import torch
 
 
 def group_advantages(
-    rewards: Any,
+    rewards: torch.Tensor,
     eps: float = 1e-6,
     normalize_std: bool = True,
     *,
-    group_ids: Any = None,
-) -> Any:
+    group_ids: torch.Tensor | Sequence[int] | None = None,
+) -> torch.Tensor:
     """A = (R - mean_group) / (std_group + eps), float32, same shape as ``rewards``.
 
     ``rewards`` is either [num_groups, group_size], one row per prompt, or flat
@@ -30,8 +32,6 @@ def group_advantages(
     zero advantages: it carries no learning signal. A group of one rollout has
     no baseline and also gets zero (verl instead passes its raw reward through).
     """
-    import torch
-
     rewards = rewards.float()
     if group_ids is not None:
         return _flat_group_advantages(rewards, group_ids, eps, normalize_std)
@@ -48,9 +48,9 @@ def group_advantages(
     return centered / (std + eps)
 
 
-def _flat_group_advantages(rewards: Any, group_ids: Any, eps: float, normalize_std: bool) -> Any:
-    import torch
-
+def _flat_group_advantages(
+    rewards: torch.Tensor, group_ids: torch.Tensor | Sequence[int], eps: float, normalize_std: bool
+) -> torch.Tensor:
     group_ids = torch.as_tensor(group_ids, device=rewards.device)
     if rewards.dim() != 1 or group_ids.shape != rewards.shape:
         raise ValueError(
@@ -69,7 +69,7 @@ def _flat_group_advantages(rewards: Any, group_ids: Any, eps: float, normalize_s
     return centered / (std[index] + eps)
 
 
-def nonconstant_groups(rewards: Any) -> Any:
+def nonconstant_groups(rewards: torch.Tensor) -> torch.Tensor:
     """Bool [num_groups] for rewards [num_groups, group_size]: True where rewards differ.
 
     Dynamic sampling (DAPO) drops or refills the groups marked False.

@@ -25,6 +25,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+import torch
+
 # Below this many shared tokens a group's prefix is not worth a second forward call.
 MIN_SHARED_PREFIX = 32
 
@@ -141,7 +143,7 @@ def collate(
     pad_id: int,
     *,
     shared_prefix_min: int = 0,
-) -> dict[str, Any]:
+) -> dict[str, torch.Tensor]:
     """Right-padded tensors for a micro-batch.
 
     Returns input_ids/attention_mask [B, T] and, aligned with the *targets*
@@ -155,8 +157,6 @@ def collate(
     tensor above starts ``offsets[r]`` tokens into its sample (0 for samples
     sharing nothing); ``prefix_index`` [B] names each row's prefix row.
     """
-    import torch
-
     cached = shared_prefix_lengths(samples, shared_prefix_min)
     width = max(len(s.ids) - o for s, o in zip(samples, cached, strict=True))
     batch = len(samples)
@@ -164,7 +164,7 @@ def collate(
     attention = torch.zeros((batch, width), dtype=torch.long)
     loss_mask = torch.zeros((batch, width - 1), dtype=torch.float32)
     advantages = torch.zeros((batch, width - 1), dtype=torch.float32)
-    out: dict[str, Any] = {}
+    out: dict[str, torch.Tensor] = {}
     for row, (s, o) in enumerate(zip(samples, cached, strict=True)):
         n = len(s.ids) - o
         input_ids[row, :n] = torch.tensor(s.ids[o:], dtype=torch.long)
@@ -187,9 +187,9 @@ def collate(
     return out
 
 
-def _prefix_rows(samples: Sequence[Sample], cached: list[int], pad_id: int) -> dict[str, Any]:
-    import torch
-
+def _prefix_rows(
+    samples: Sequence[Sample], cached: list[int], pad_id: int
+) -> dict[str, torch.Tensor]:
     rows: dict[int, int] = {}  # group -> prefix row
     heads: list[list[int]] = []
     index = []

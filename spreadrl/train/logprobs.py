@@ -38,8 +38,13 @@ import contextlib
 from collections.abc import Iterator
 from typing import Any
 
+import torch
+from torch import nn
+from torch.utils.checkpoint import checkpoint
+
 from spreadrl.rollout.kv_cache import cache_name, output_cache
 from spreadrl.rollout.sampling import process_logits
+from spreadrl.train.precision import compute_context
 
 # CPU: float32 logits per chunk, 2**24 values (64 MiB); at a 151,936 vocabulary that is
 # 110 tokens, at the tiny preset's few thousand it is a whole micro-batch. Small on
@@ -57,7 +62,9 @@ CUDA_FREE_SHARE = 0.25  # of the free memory at the moment, for one chunk
 MAX_CHUNK_TOKENS = 8192
 
 
-def chunk_tokens_for(vocab_size: int, top_p: float = 1.0, device: Any = None) -> int:
+def chunk_tokens_for(
+    vocab_size: int, top_p: float = 1.0, device: torch.device | str | None = None
+) -> int:
     """Tokens per log-prob chunk: sized from the free memory on CUDA, small on CPU.
 
     On CUDA, a quarter of the free memory divided by the bytes one token's
@@ -70,25 +77,21 @@ def chunk_tokens_for(vocab_size: int, top_p: float = 1.0, device: Any = None) ->
     small = max(1, (CHUNK_LOGITS // 4 if top_p < 1.0 else CHUNK_LOGITS) // vocab)
     if device is None or getattr(device, "type", str(device).split(":")[0]) != "cuda":
         return small
-    import torch
-
     free, _total = torch.cuda.mem_get_info(device)
     per_token = vocab * (BYTES_PER_LOGIT_CUT if top_p < 1.0 else BYTES_PER_LOGIT)
     return max(small, min(MAX_CHUNK_TOKENS, int(free * CUDA_FREE_SHARE) // per_token))
 
 
 def _chunk_logprobs(
-    head: Any,
-    hidden: Any,
-    targets: Any,
+    head: nn.Module,
+    hidden: torch.Tensor,
+    targets: torch.Tensor,
     temperature: float,
     top_k: int,
     top_p: float,
     with_entropy: bool,
-) -> Any:
+) -> torch.Tensor:
     """[n] log-probs of ``targets`` (and [n] entropies, stacked as [n, 2]) for one chunk."""
-    import torch
-
     raw = head(hidden).float()  # [n, vocab]
     if temperature != 1.0:  # x / 1.0 is x: skip a pass over [n, vocab] forward and backward
         raw = raw / temperature
@@ -107,25 +110,22 @@ def _chunk_logprobs(
 
 
 def selective_logprobs(
-    head: Any,
-    hidden: Any,
-    targets: Any,
+    head: nn.Module,
+    hidden: torch.Tensor,
+    targets: torch.Tensor,
     *,
     temperature: float = 1.0,
     top_k: int = 0,
     top_p: float = 1.0,
     with_entropy: bool = False,
     chunk_tokens: int | None = None,
-) -> tuple[Any, Any]:
+) -> tuple[torch.Tensor, torch.Tensor | None]:
     """Log-probs [n] of ``targets`` [n] given ``hidden`` [n, dim] and the output layer ``head``.
 
     Chunks of ``chunk_tokens`` rows (default: :func:`chunk_tokens_for` the
     head's vocabulary on ``hidden``'s device); with grad each chunk is checkpointed. Returns
     (logp, entropy or None), float32.
     """
-    import torch
-    from torch.utils.checkpoint import checkpoint
-
     vocab = getattr(head, "out_features", None) or head.weight.shape[0]
     size = chunk_tokens or chunk_tokens_for(vocab, top_p, hidden.device)
     grad = torch.is_grad_enabled() and (
@@ -148,7 +148,9 @@ def selective_logprobs(
     return out, None
 
 
-def _selective_head(head: Any, positions: Any, targets: Any, kwargs: dict[str, Any]) -> Any:
+def _selective_head(
+    head: nn.Module, positions: torch.Tensor, targets: torch.Tensor, kwargs: dict[str, Any]
+) -> nn.Module:
     """A module that stands in for the output layer during one forward and returns log-probs.
 
     Swapping the head (rather than calling the decoder body and the head
@@ -156,14 +158,13 @@ def _selective_head(head: Any, positions: Any, targets: Any, kwargs: dict[str, A
     so FSDP's hooks gather and free the output layer's weights as usual and a
     LoRA-wrapped head still works.
     """
-    import torch
 
-    class SelectiveHead(torch.nn.Module):
+    class SelectiveHead(nn.Module):
         def __init__(self) -> None:
             super().__init__()
             self.head = head
 
-        def forward(self, hidden: Any) -> Any:  # [B, T, dim] -> [n] or [n, 2]
+        def forward(self, hidden: torch.Tensor) -> torch.Tensor:  # [B, T, dim] -> [n] or [n, 2]
             selected = hidden[:, :-1][positions]  # [n, dim]
             logp, entropy = selective_logprobs(self.head, selected, targets, **kwargs)
             out = logp if entropy is None else torch.stack((logp, entropy), dim=-1)
@@ -180,7 +181,7 @@ def _selective_head(head: Any, positions: Any, targets: Any, kwargs: dict[str, A
 
 
 @contextlib.contextmanager
-def _head_swapped(model: Any, replacement: Any) -> Iterator[None]:
+def _head_swapped(model: nn.Module, replacement: nn.Module) -> Iterator[None]:
     original = model.get_output_embeddings()
     model.set_output_embeddings(replacement)
     try:
@@ -189,7 +190,7 @@ def _head_swapped(model: Any, replacement: Any) -> Iterator[None]:
         model.set_output_embeddings(original)
 
 
-def prefix_sharing(model: Any, min_tokens: int) -> int:
+def prefix_sharing(model: nn.Module, min_tokens: int) -> int:
     """The ``shared_prefix_min`` to collate with for ``model``: ``min_tokens``, or 0 (off)
     under activation checkpointing and under FSDP.
 
@@ -212,7 +213,7 @@ def prefix_sharing(model: Any, min_tokens: int) -> int:
     return min_tokens
 
 
-def _is_fsdp(model: Any) -> bool:
+def _is_fsdp(model: nn.Module) -> bool:
     try:
         from torch.distributed.fsdp import FSDPModule
     except ImportError:  # torch without FSDP2
@@ -220,7 +221,9 @@ def _is_fsdp(model: Any) -> bool:
     return any(isinstance(m, FSDPModule) for m in model.modules())
 
 
-def _prefix_inputs(model: Any, batch: dict[str, Any], device: Any) -> dict[str, Any]:
+def _prefix_inputs(
+    model: nn.Module, batch: dict[str, torch.Tensor], device: torch.device
+) -> dict[str, object]:
     """Run ``batch``'s prefix rows once; the forward arguments that put each row behind its prefix.
 
     The prefix rows' KV cache (with grad) is indexed out to the rows
@@ -229,10 +232,9 @@ def _prefix_inputs(model: Any, batch: dict[str, Any], device: Any) -> dict[str, 
     positions continue from its ``offsets``; the attention mask shows a row only
     the first ``offsets[r]`` cache slots of its own prefix (none when 0).
     """
-    import torch
 
-    class PrefixHead(torch.nn.Module):  # the prefix predicts nothing
-        def forward(self, hidden: Any) -> Any:
+    class PrefixHead(nn.Module):  # the prefix predicts nothing
+        def forward(self, hidden: torch.Tensor) -> torch.Tensor:
             return hidden.new_zeros(())
 
     prefix_ids = batch["prefix_ids"].to(device)
@@ -272,8 +274,8 @@ def _prefix_inputs(model: Any, batch: dict[str, Any], device: Any) -> dict[str, 
 
 
 def sequence_logprobs(
-    model: Any,
-    batch: dict[str, Any],
+    model: nn.Module,
+    batch: dict[str, torch.Tensor],
     temperature: float = 1.0,
     *,
     top_k: int = 0,
@@ -281,7 +283,7 @@ def sequence_logprobs(
     entropy: bool = False,
     chunk_tokens: int | None = None,
     compute_dtype: str = "float32",
-) -> tuple[Any, Any]:
+) -> tuple[torch.Tensor, torch.Tensor | None]:
     """Per-target log-probs [B, T-1] of ``batch``'s own next tokens; entropy [B, T-1] or None.
 
     ``batch`` is :func:`spreadrl.train.batching.collate`'s output. Only the
@@ -305,10 +307,6 @@ def sequence_logprobs(
     Raises:
         ValueError: the model has no output layer to stand in for.
     """
-    import torch
-
-    from spreadrl.train.precision import compute_context
-
     if model.get_output_embeddings() is None:
         raise ValueError(f"{type(model).__name__} has no output embeddings (lm_head) to compute on")
     device = next(model.parameters()).device
@@ -322,7 +320,7 @@ def sequence_logprobs(
         with_entropy=entropy,
         chunk_tokens=chunk_tokens,
     )
-    forward: dict[str, Any] = {
+    forward: dict[str, object] = {
         "attention_mask": batch["attention_mask"].to(device),
         "use_cache": False,
     }

@@ -7,10 +7,10 @@ responses, padding) never reach the loss or the gradient.
 
 from __future__ import annotations
 
-from typing import Any
+import torch
 
 
-def masked_mean(values: Any, mask: Any, dim: int | None = None) -> Any:
+def masked_mean(values: torch.Tensor, mask: torch.Tensor, dim: int | None = None) -> torch.Tensor:
     """Mean of ``values`` where ``mask`` is 1; 0 (not NaN) where the mask is empty."""
     mask = mask.to(values.dtype)
     if dim is None:
@@ -19,17 +19,17 @@ def masked_mean(values: Any, mask: Any, dim: int | None = None) -> Any:
 
 
 def policy_loss(
-    logp: Any,
-    old_logp: Any,
-    advantages: Any,
-    mask: Any,
+    logp: torch.Tensor,
+    old_logp: torch.Tensor,
+    advantages: torch.Tensor,
+    mask: torch.Tensor,
     *,
     clip_low: float = 0.2,
     clip_high: float = 0.2,
     dual_clip_c: float | None = None,
     aggregation: str = "token-mean",
-    tis_weights: Any = None,
-) -> tuple[Any, dict[str, float]]:
+    tis_weights: torch.Tensor | None = None,
+) -> tuple[torch.Tensor, dict[str, float]]:
     """Clipped surrogate with clip-higher and optional dual clip.
 
     r = exp(logp - old_logp); per token
@@ -39,8 +39,6 @@ def policy_loss(
     trained tokens of the batch (DAPO); "seq-mean-token-mean" averages each
     sequence's tokens, then the sequences.
     """
-    import torch
-
     if aggregation not in ("token-mean", "seq-mean-token-mean"):
         raise ValueError(f"unknown aggregation {aggregation!r}")
     mask = mask.to(logp.dtype)
@@ -74,14 +72,14 @@ def policy_loss(
     return loss, metrics
 
 
-def kl_penalty(logp: Any, ref_logp: Any, kind: str = "k3", clamp: float = 10.0) -> Any:
+def kl_penalty(
+    logp: torch.Tensor, ref_logp: torch.Tensor, kind: str = "k3", clamp: float = 10.0
+) -> torch.Tensor:
     """Per-token KL estimate against the reference policy.
 
     k1 = logp - ref_logp; k3 (low variance, Schulman) = exp(d) - d - 1 with
     d = ref_logp - logp, d clamped to [-clamp, clamp] so one token cannot blow up.
     """
-    import torch
-
     if kind == "k1":
         return logp - ref_logp
     if kind != "k3":
@@ -90,13 +88,13 @@ def kl_penalty(logp: Any, ref_logp: Any, kind: str = "k3", clamp: float = 10.0) 
     return torch.exp(d) - d - 1.0
 
 
-def tis_weights(old_logp: Any, rollout_logp: Any, cap: float = 2.0) -> Any:
+def tis_weights(
+    old_logp: torch.Tensor, rollout_logp: torch.Tensor, cap: float = 2.0
+) -> torch.Tensor:
     """Truncated importance weights min(exp(old - rollout), cap), without gradient.
 
     Corrects for the rollout engine (e.g. vLLM) sampling from a slightly
     different distribution than the trainer computes.
     """
-    import torch
-
     with torch.no_grad():
         return torch.clamp(torch.exp(old_logp - rollout_logp), max=cap)

@@ -10,7 +10,12 @@ from __future__ import annotations
 
 import contextlib
 from pathlib import Path
-from typing import Any
+
+import torch
+from torch import nn
+from torch.optim import Optimizer
+
+from spreadrl.train.distributed import reshard
 
 _STATUS = Path("/proc/self/status")
 _CLEAR_REFS = Path("/proc/self/clear_refs")
@@ -35,16 +40,12 @@ class PeakMemory:
 
     def _current(self) -> int | None:
         if self.cuda:
-            import torch
-
             return torch.cuda.memory_allocated()
         return _status_bytes("VmRSS")
 
     def reset(self) -> None:
         """Start a phase: forget earlier peaks."""
         if self.cuda:
-            import torch
-
             torch.cuda.synchronize()
             torch.cuda.reset_peak_memory_stats()
         else:
@@ -54,8 +55,6 @@ class PeakMemory:
 
     def peak_bytes(self) -> int | None:
         if self.cuda:
-            import torch
-
             torch.cuda.synchronize()
             return torch.cuda.max_memory_allocated()
         return _status_bytes("VmHWM")
@@ -71,7 +70,7 @@ class PeakMemory:
         return None if peak is None else max(0, peak - self.start) / 2**30
 
 
-def release_for_generation(model: Any, optimizer: Any, device: str) -> None:
+def release_for_generation(model: nn.Module, optimizer: Optimizer, device: str) -> None:
     """Hand the memory the update used back before a rollout engine wakes on the same GPU.
 
     Gradients are freed (``zero_grad(set_to_none=True)``: a full fine-tune's fp32
@@ -80,11 +79,7 @@ def release_for_generation(model: Any, optimizer: Any, device: str) -> None:
     returns its free blocks to the driver, where vLLM's allocator can take them
     (vLLM allocates outside torch's cache and cannot reuse its blocks).
     """
-    from spreadrl.train.distributed import reshard
-
     optimizer.zero_grad(set_to_none=True)
     reshard(model)
     if str(device).startswith("cuda"):
-        import torch
-
         torch.cuda.empty_cache()

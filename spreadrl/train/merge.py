@@ -22,9 +22,22 @@ import logging
 import shutil
 import warnings
 from pathlib import Path
-from typing import Any
+
+import torch
+import torch.distributed.checkpoint as dcp
+from peft import PeftModel
+from torch import nn
+from torch.distributed.checkpoint.metadata import TensorStorageMetadata
+from transformers import (
+    AutoConfig,
+    AutoModelForCausalLM,
+    AutoTokenizer,
+    GenerationConfig,
+    PreTrainedModel,
+)
 
 from spreadrl.errors import ConfigError, SpreadrlError
+from spreadrl.train.setup import peft_wrapping
 
 log = logging.getLogger(__name__)
 
@@ -40,18 +53,14 @@ _WRAPPER_PARTS = ("_orig_mod.", "_checkpoint_wrapped_module.", "_fsdp_wrapped_mo
 # ---------------------------------------------------------------------------- small helpers
 
 
-def _torch_dtype(name: str) -> Any:
-    import torch
-
+def _torch_dtype(name: str) -> torch.dtype | None:
     if name not in DTYPES:
         raise ConfigError(f"--dtype {name!r} is unknown; choose one of {', '.join(DTYPES)}")
     return None if name == "auto" else getattr(torch, name)
 
 
-def _config_dtype(folder: Path | None) -> Any:
+def _config_dtype(folder: Path | None) -> torch.dtype:
     """The dtype a model folder's config.json declares (float32 when it declares none)."""
-    import torch
-
     name = None
     if folder is not None and (folder / "config.json").is_file():
         cfg = json.loads((folder / "config.json").read_text())
@@ -113,8 +122,6 @@ def _finish_out(tmp: Path, out: Path) -> Path:
 
 def _save_tokenizer(folders: list[Path | None], dest: Path) -> Path | None:
     """Copy the first tokenizer found in ``folders`` into ``dest``; return where it came from."""
-    from transformers import AutoTokenizer
-
     for folder in folders:
         if _has_tokenizer(folder):
             AutoTokenizer.from_pretrained(str(folder), local_files_only=True).save_pretrained(dest)
@@ -138,23 +145,19 @@ def _resolve_base(base: str | Path) -> tuple[str, Path | None]:
     return text, None  # a Hub id, e.g. Qwen/Qwen3-4B-Instruct-2507
 
 
-def _load_full(source: str, dtype: Any) -> Any:
-    from transformers import AutoModelForCausalLM
-
+def _load_full(source: str, dtype: torch.dtype | None) -> PreTrainedModel:
     try:
         return AutoModelForCausalLM.from_pretrained(source, dtype=dtype)
     except (OSError, ValueError) as exc:
         raise SpreadrlError(f"cannot load the model {source}: {exc}") from exc
 
 
-def _save_model(model: Any, dtype: Any, tmp: Path) -> None:
+def _save_model(model: nn.Module, dtype: torch.dtype, tmp: Path) -> None:
     model.to(dtype)
     model.config.dtype = dtype
     model.eval()
     model.save_pretrained(tmp, safe_serialization=True)
     if not (tmp / "generation_config.json").exists():
-        from transformers import GenerationConfig
-
         GenerationConfig.from_model_config(model.config).save_pretrained(tmp)
 
 
@@ -191,11 +194,6 @@ def merge_lora(
     runs in float32. The tokenizer comes from the adapter folder when it has
     one (training saves it there), else from the base. Returns ``out``.
     """
-    import torch
-    from peft import PeftModel
-
-    from spreadrl.train.setup import peft_wrapping
-
     out_dtype = _torch_dtype(dtype)
     adapter = Path(adapter).expanduser()
     if not adapter.is_dir():
@@ -256,9 +254,6 @@ def _dcp_key_map(folder: Path, expected: set[str]) -> dict[str, str]:
     with FSDP/compile wrapper names inside; the prefix that matches the most
     model parameter names wins, and only tensors under it are loaded.
     """
-    import torch.distributed.checkpoint as dcp
-    from torch.distributed.checkpoint.metadata import TensorStorageMetadata
-
     meta = dcp.FileSystemReader(str(folder)).read_metadata()
     keys = [k for k, v in meta.state_dict_metadata.items() if isinstance(v, TensorStorageMetadata)]
     by_prefix: dict[str, dict[str, str]] = {}
@@ -281,7 +276,7 @@ def _dcp_key_map(folder: Path, expected: set[str]) -> dict[str, str]:
     return max(by_prefix.values(), key=len)
 
 
-def _load_dcp_tensors(folder: Path, keys: set[str]) -> dict[str, Any]:
+def _load_dcp_tensors(folder: Path, keys: set[str]) -> dict[str, torch.Tensor]:
     """Read ``keys`` (flattened DCP names) from a DCP folder in this one process."""
     with warnings.catch_warnings():  # "no process group: loading in a single process" is the intent
         warnings.filterwarnings("ignore", message="torch.distributed is", category=UserWarning)
@@ -290,7 +285,6 @@ def _load_dcp_tensors(folder: Path, keys: set[str]) -> dict[str, Any]:
         except ImportError:  # a torch without the private helper: go through torch.save
             import tempfile
 
-            import torch
             from torch.distributed.checkpoint.format_utils import dcp_to_torch_save
 
             with tempfile.TemporaryDirectory() as tmp:
@@ -298,9 +292,9 @@ def _load_dcp_tensors(folder: Path, keys: set[str]) -> dict[str, Any]:
                 nested = torch.load(f"{tmp}/full.pt", weights_only=False)
         else:
             nested = _load_state_dict_from_keys(keys=keys, checkpoint_id=str(folder))
-    flat: dict[str, Any] = {}
+    flat: dict[str, torch.Tensor] = {}
 
-    def walk(prefix: str, node: Any) -> None:
+    def walk(prefix: str, node: object) -> None:
         if isinstance(node, dict):
             for k, v in node.items():
                 walk(f"{prefix}.{k}" if prefix else str(k), v)
@@ -319,8 +313,6 @@ def _export_dcp(dcp_dir: Path, out: Path, base: str | Path, dtype: str, overwrit
         model = _model_from_dcp(dcp_dir, source)
         stored = next(iter(model.state_dict().values())).dtype
         if base_dir is not None and (base_dir / "generation_config.json").is_file():
-            from transformers import GenerationConfig
-
             model.generation_config = GenerationConfig.from_pretrained(str(base_dir))
         _save_model(model, _torch_dtype(dtype) or stored, tmp)
         _save_tokenizer([dcp_dir, dcp_dir.parent, base_dir], tmp)
@@ -331,10 +323,7 @@ def _export_dcp(dcp_dir: Path, out: Path, base: str | Path, dtype: str, overwrit
     return _finish_out(tmp, out)
 
 
-def _model_from_dcp(dcp_dir: Path, source: str) -> Any:
-    import torch
-    from transformers import AutoConfig, AutoModelForCausalLM
-
+def _model_from_dcp(dcp_dir: Path, source: str) -> PreTrainedModel:
     try:
         config = AutoConfig.from_pretrained(source)
     except (OSError, ValueError) as exc:

@@ -28,7 +28,9 @@ from __future__ import annotations
 
 import contextlib
 from dataclasses import dataclass
-from typing import Any
+
+import torch
+from torch import nn
 
 from spreadrl.errors import ConfigError
 
@@ -64,7 +66,7 @@ def resolve_precision(dtype: str, device: str, *, lora: bool = False) -> Precisi
     return Precision(load=compute if lora else "float32", compute=compute)
 
 
-def compute_context(model: Any, dtype: str) -> contextlib.AbstractContextManager[Any]:
+def compute_context(model: nn.Module, dtype: str) -> contextlib.AbstractContextManager[object]:
     """Where forwards of ``model`` must run for ``dtype`` compute.
 
     ``torch.autocast`` in one process; nothing under FSDP2, whose mixed-precision
@@ -74,13 +76,11 @@ def compute_context(model: Any, dtype: str) -> contextlib.AbstractContextManager
     """
     if dtype == "float32" or _is_fsdp(model):
         return contextlib.nullcontext()
-    import torch
-
     device = next(model.parameters()).device
     return torch.autocast(device_type=device.type, dtype=getattr(torch, dtype))
 
 
-def _is_fsdp(model: Any) -> bool:
+def _is_fsdp(model: nn.Module) -> bool:
     try:
         from torch.distributed.fsdp import FSDPModule
     except ImportError:  # torch without FSDP2

@@ -18,8 +18,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from transformers import PreTrainedTokenizerBase
+
 from spreadrl.errors import SpreadrlError
 from spreadrl.rollout.chat import ChatFormat, chat_format, render_prompt_ids, tool_response_ids
+from spreadrl.rollout.types import Trajectory
 from spreadrl.train.batching import Sample
 
 
@@ -41,7 +44,7 @@ def read_jsonl(path: Path) -> list[dict[str, Any]]:
 
 
 def encode_conversation(
-    tokenizer: Any,
+    tokenizer: PreTrainedTokenizerBase,
     messages: Sequence[dict[str, Any]],
     tools: Sequence[dict[str, Any]] | None,
     fmt: ChatFormat | None = None,
@@ -87,7 +90,7 @@ class SFTDataset:
 ROLES = ("system", "user", "assistant", "tool")
 
 
-def check_row(row: Any) -> None:
+def check_row(row: object) -> None:
     """Raise a one-line SpreadrlError unless ``row`` is ``{"messages": [...], "tools": [...]}``.
 
     Checked before encoding so that a malformed row (``"messages": "oops"``, a
@@ -114,7 +117,7 @@ def check_row(row: Any) -> None:
             raise SpreadrlError(f"message {index} ({role}) needs a 'content' string")
 
 
-def load_sft_dataset(path: Path, tokenizer: Any, max_length: int) -> SFTDataset:
+def load_sft_dataset(path: Path, tokenizer: PreTrainedTokenizerBase, max_length: int) -> SFTDataset:
     """Encode every row of ``path``; rows over ``max_length`` are dropped and counted, never cut."""
     samples, dropped = [], 0
     rows = read_jsonl(path)
@@ -140,14 +143,14 @@ def load_sft_dataset(path: Path, tokenizer: Any, max_length: int) -> SFTDataset:
     return SFTDataset(samples, dropped, str(path))
 
 
-def _numbered(path: Path, rows: list[dict[str, Any]]) -> Iterable[tuple[int, Any]]:
+def _numbered(path: Path, rows: list[dict[str, Any]]) -> Iterable[tuple[int, dict[str, Any]]]:
     """Rows with their line numbers in ``path`` (blank lines are skipped by read_jsonl)."""
     numbers = [n for n, line in enumerate(path.read_text().splitlines(), start=1) if line.strip()]
     return zip(numbers, rows, strict=True)
 
 
 def trajectories_to_sft_rows(
-    trajectories: Iterable[Any], *, dedup: bool = True
+    trajectories: Iterable[Trajectory], *, dedup: bool = True
 ) -> list[dict[str, Any]]:
     """Keep reward-1 episodes as SFT rows ({messages, tools, task_id}), deduplicated by content."""
     rows, seen = [], set()

@@ -20,9 +20,11 @@ import json
 import logging
 from collections.abc import Sequence
 from pathlib import Path
+from types import ModuleType
 from typing import Any, Protocol
 
 from spreadrl.errors import ConfigError, MissingDependencyError
+from spreadrl.train.config import LoggingConfig
 
 log = logging.getLogger(__name__)
 
@@ -43,7 +45,7 @@ class Tracker(Protocol):
     def close(self) -> None: ...
 
 
-def require(backend: str) -> Any:
+def require(backend: str) -> ModuleType:
     """Import ``backend``'s package, or raise a one-line error naming its extra."""
     import importlib
 
@@ -168,7 +170,7 @@ class MetricsLog:
 
 
 def build_metrics_log(
-    logging_cfg: Any, out: Path, config: dict[str, Any], *, main: bool = True
+    logging_cfg: LoggingConfig, out: Path, config: dict[str, Any], *, main: bool = True
 ) -> MetricsLog:
     """The run's metrics log: ``out/metrics.jsonl`` plus ``logging_cfg.backends``.
 
@@ -182,7 +184,7 @@ def build_metrics_log(
         ConfigError: an unknown backend name.
         MissingDependencyError: a backend whose package is not installed.
     """
-    names = list(dict.fromkeys(getattr(logging_cfg, "backends", ["jsonl"])))
+    names = list(dict.fromkeys(logging_cfg.backends))
     unknown = [n for n in names if n not in BACKENDS]
     if unknown:
         raise ConfigError(
@@ -192,8 +194,8 @@ def build_metrics_log(
     trackers: list[Tracker] = [JsonlTracker(path)]
     if not main:
         return MetricsLog(trackers, path)
-    project = getattr(logging_cfg, "project", "") or "spreadrl"
-    name = getattr(logging_cfg, "run_name", "") or out.resolve().name
+    project = logging_cfg.project or "spreadrl"
+    name = logging_cfg.run_name or out.resolve().name
     built: list[Tracker] = []
     try:
         for backend in names:
