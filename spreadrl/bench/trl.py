@@ -242,7 +242,7 @@ def same_prompts(model_dir: Path, shape: Shape) -> list[RenderedPrompt]:
     from spreadrl.models.init import load_model_and_tokenizer
     from spreadrl.rollout.chat import EpisodeChat
     from spreadrl.rollout.episode import EpisodeJob, start_episodes
-    from spreadrl.train.grpo import rollout_run
+    from spreadrl.train.rollouts import rollout_run
     from spreadrl.train.sampler import EpochShuffle
 
     cfg = spreadrl_config(model_dir, shape, model_dir.parent / "prompts-run")  # never written

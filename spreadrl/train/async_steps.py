@@ -43,10 +43,9 @@ from spreadrl.train.async_rollouts import (
     weight_loader,
 )
 from spreadrl.train.batching import Sample
-from spreadrl.train.config import GRPOConfig
+from spreadrl.train.config import GRPOConfig, LossConfig
 from spreadrl.train.distributed import DistInfo
 from spreadrl.train.precision import compute_context
-from spreadrl.train.update import UpdateSettings
 
 T = TypeVar("T")
 
@@ -69,13 +68,13 @@ def check_async(cfg: GRPOConfig, info: DistInfo, weight_sync: str) -> None:
         )
 
 
-def decoupled(settings: UpdateSettings) -> UpdateSettings:
-    """The update settings with the behaviour weights on, whatever ``loss.tis`` says.
+def decoupled(loss: LossConfig) -> LossConfig:
+    """The loss section with the behaviour weights on, whatever ``loss.tis`` says.
 
     In asynchronous mode a sample's tokens come from older weights than the ones
     updated; without min(pi_prox / pi_behav, cap) the ratio against the proximal
     policy alone would treat them as on-policy (docs/async.md)."""
-    return replace(settings, tis=True)
+    return replace(loss, tis=True)
 
 
 class FilesReload:

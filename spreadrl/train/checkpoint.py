@@ -23,7 +23,22 @@ import random
 import shutil
 import warnings
 from pathlib import Path
-from typing import Any
+from typing import Any, TypedDict
+
+import numpy as np
+import torch
+import torch.distributed as dist
+import torch.distributed.checkpoint as dcp
+from torch import nn
+from torch.distributed.checkpoint.state_dict import (
+    StateDictOptions,
+    get_model_state_dict,
+    get_optimizer_state_dict,
+    set_optimizer_state_dict,
+)
+from torch.optim import Optimizer
+from torch.optim.lr_scheduler import LRScheduler
+from transformers import PreTrainedTokenizerBase
 
 from spreadrl.errors import SpreadrlError
 from spreadrl.train.distributed import DistInfo
@@ -31,10 +46,16 @@ from spreadrl.train.distributed import DistInfo
 STATE_FILE = "trainer_state.pt"
 
 
-def rng_state() -> dict[str, Any]:
-    import numpy as np
-    import torch
+class TrainerState(TypedDict):
+    """``trainer_state.pt``: the step, the scheduler's state, the recipe's data position."""
 
+    step: int
+    scheduler: dict[str, Any] | None  # torch's own state dict
+    extra: dict[str, Any]  # the recipe's sampler / order state, as it saved it
+
+
+def rng_state() -> dict[str, Any]:
+    """Python's, numpy's, torch's (and CUDA's) RNG states, to resume a run exactly."""
     state = {
         "python": random.getstate(),
         "numpy": np.random.get_state(),
@@ -46,9 +67,7 @@ def rng_state() -> dict[str, Any]:
 
 
 def set_rng_state(state: dict[str, Any]) -> None:
-    import numpy as np
-    import torch
-
+    """Restore what :func:`rng_state` returned."""
     random.setstate(state["python"])
     np.random.set_state(state["numpy"])
     torch.set_rng_state(state["torch"])
@@ -58,16 +77,17 @@ def set_rng_state(state: dict[str, Any]) -> None:
 
 def _barrier(info: DistInfo | None) -> None:
     if info is not None and info.enabled:
-        import torch.distributed as dist
-
         dist.barrier()
 
 
-def save_model(model: Any, tokenizer: Any, folder: Path, info: DistInfo | None = None) -> Path:
+def save_model(
+    model: nn.Module,
+    tokenizer: PreTrainedTokenizerBase | None,
+    folder: Path,
+    info: DistInfo | None = None,
+) -> Path:
     """A plain Hugging Face folder of the model's full weights (gathered from FSDP shards)."""
     if info is not None and info.enabled:
-        from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict
-
         full = get_model_state_dict(
             model, options=StateDictOptions(full_state_dict=True, cpu_offload=True)
         )
@@ -84,19 +104,15 @@ def save_model(model: Any, tokenizer: Any, folder: Path, info: DistInfo | None =
 def save_checkpoint(
     root: Path,
     step: int,
-    model: Any,
-    tokenizer: Any,
-    optimizer: Any,
-    scheduler: Any,
-    extra: dict[str, Any] | None = None,
+    model: nn.Module,
+    tokenizer: PreTrainedTokenizerBase | None,
+    optimizer: Optimizer | None,
+    scheduler: LRScheduler | None,
+    extra: dict[str, object] | None = None,
     keep: int = 2,
     info: DistInfo | None = None,
 ) -> Path:
     """Write ``root/step-NNNNNN`` and point ``root/latest`` at it; keep the newest ``keep``."""
-    import torch
-    import torch.distributed.checkpoint as dcp
-    from torch.distributed.checkpoint.state_dict import get_optimizer_state_dict
-
     main = info is None or info.is_main
     rank = info.rank if info is not None else 0
     folder = checkpoint_folder(root, step)
@@ -166,25 +182,22 @@ def latest_checkpoint(root: Path) -> Path | None:
 
 
 def load_trainer_state(
-    folder: Path, model: Any, optimizer: Any, scheduler: Any, info: DistInfo | None = None
-) -> dict[str, Any]:
+    folder: Path,
+    model: nn.Module,
+    optimizer: Optimizer | None,
+    scheduler: LRScheduler | None,
+    info: DistInfo | None = None,
+) -> TrainerState:
     """Restore optimizer, scheduler and RNG from ``folder``; return the saved state dict.
 
     The optimizer state is resharded to the current world size by
     torch.distributed.checkpoint; a rank with no saved RNG (a larger world than
     the one that saved) keeps its seeded RNG.
     """
-    import torch
-    import torch.distributed.checkpoint as dcp
-    from torch.distributed.checkpoint.state_dict import (
-        get_optimizer_state_dict,
-        set_optimizer_state_dict,
-    )
-
     path = folder / STATE_FILE
     if not path.exists():
         raise SpreadrlError(f"{folder}: not a spreadrl checkpoint (no {STATE_FILE})")
-    state = torch.load(path, weights_only=False)
+    state: TrainerState = torch.load(path, weights_only=False)
     if optimizer is not None and (folder / "optim").exists():
         warnings.filterwarnings("ignore", message="torch.distributed is disabled")
         osd = get_optimizer_state_dict(model, optimizer)

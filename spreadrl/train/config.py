@@ -75,6 +75,11 @@ class RewardConfig(Section):
     overlong_buffer: int = option(3000, "Tokens before the limit where the penalty starts.")
     overlong_factor: float = option(1.0, "Penalty at the limit.")
 
+    def overlong_limit(self, max_response_tokens: int) -> int:
+        """The length overlong shaping measures against (the one place it is derived):
+        ``overlong_max_length``, or the rollout's response budget when that is 0."""
+        return self.overlong_max_length or max_response_tokens
+
     def validate(self) -> None:
         if not (self.outcome or self.tool_call_reward):
             raise ConfigError(
@@ -126,6 +131,8 @@ class LossConfig(Section):
 
 @dataclass(frozen=True)
 class OptimConfig(Section):
+    """AdamW and its learning-rate schedule: what SFT and GRPO optimise alike."""
+
     lr: float = option(1e-6, "AdamW learning rate.")
     weight_decay: float = option(0.01, "AdamW weight decay.")
     betas: tuple[float, float] = option((0.9, 0.999), "AdamW betas.")
@@ -134,6 +141,18 @@ class OptimConfig(Section):
     schedule: Literal["constant", "linear", "cosine"] = option(
         "constant", "LR schedule after warmup."
     )
+
+    def validate(self) -> None:
+        if self.lr <= 0:
+            raise ConfigError(f"optim.lr must be positive, got {self.lr}")
+        if not all(0.0 <= b < 1.0 for b in self.betas):
+            raise ConfigError(f"optim.betas must both be in [0, 1), got {list(self.betas)}")
+
+
+@dataclass(frozen=True)
+class GRPOOptimConfig(OptimConfig):
+    """GRPO's ``optim``: AdamW plus how each step's rollouts are batched for the update."""
+
     micro_batch_tokens: int = option(16384, "Token budget of one micro-batch (dynamic batch size).")
     mini_batch_size: int = option(0, "Sequences per optimizer step (0 = the whole step's batch).")
     ppo_epochs: int = option(1, "Passes over each step's rollouts.")
@@ -144,10 +163,7 @@ class OptimConfig(Section):
     )
 
     def validate(self) -> None:
-        if self.lr <= 0:
-            raise ConfigError(f"optim.lr must be positive, got {self.lr}")
-        if not all(0.0 <= b < 1.0 for b in self.betas):
-            raise ConfigError(f"optim.betas must both be in [0, 1), got {list(self.betas)}")
+        super().validate()
         if self.micro_batch_tokens <= 0 or self.ppo_epochs < 1:
             raise ConfigError(
                 "optim.micro_batch_tokens must be positive and optim.ppo_epochs at least 1, "
@@ -197,7 +213,7 @@ class GRPOConfig(Section):
     env: EnvConfig = section(EnvConfig, "Environment.")
     reward: RewardConfig = section(RewardConfig, "Reward shaping.")
     loss: LossConfig = section(LossConfig, "Policy loss.")
-    optim: OptimConfig = section(OptimConfig, "Optimizer and batching.")
+    optim: GRPOOptimConfig = section(GRPOOptimConfig, "Optimizer and batching.")
     sampling: DynamicSamplingConfig = section(DynamicSamplingConfig, "Dynamic sampling.")
     checkpoint: CheckpointConfig = section(CheckpointConfig, "Checkpoints.")
     logging: LoggingConfig = section(LoggingConfig, "Logging.")
@@ -208,7 +224,7 @@ class GRPOConfig(Section):
     device: str = option("auto", "cpu, cuda, or auto.")
 
     def validate(self) -> None:
-        length = self.reward.overlong_max_length or self.rollout.max_response_tokens
+        length = self.reward.overlong_limit(self.rollout.max_response_tokens)
         if self.reward.overlong and length <= self.reward.overlong_buffer:
             raise ConfigError(
                 f"reward.overlong_buffer ({self.reward.overlong_buffer}) must be below the "
@@ -232,6 +248,11 @@ class SFTConfig(Section):
     batch_size: int = option(32, "Conversations per optimizer step.")
     micro_batch_tokens: int = option(
         16384, "Token budget of one micro-batch (gradient accumulation)."
+    )
+    shared_prefix: bool = option(
+        True,
+        "Run the prefix a micro-batch's conversations share (the system prompt) once per "
+        "micro-batch (same values; off under gradient checkpointing and FSDP).",
     )
     optim: OptimConfig = section(OptimConfig, "Optimizer.")
     checkpoint: CheckpointConfig = section(CheckpointConfig, "Checkpoints.")

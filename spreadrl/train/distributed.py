@@ -21,9 +21,16 @@ import contextlib
 import os
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
+
+import torch
+import torch.distributed as dist
+from torch import nn
 
 from spreadrl.errors import ConfigError
+from spreadrl.rollout.config import RolloutConfig
+
+T = TypeVar("T")
 
 
 @dataclass(frozen=True)
@@ -45,14 +52,14 @@ class DistInfo:
         return self.world_size > 1 or self.launched
 
 
-def check_world_size(cfg: Any, info: DistInfo) -> None:
+def check_world_size(rollout: RolloutConfig, info: DistInfo) -> None:
     """Refuse, at start-up, a prompt count that the ranks cannot share equally.
 
     Every rank rolls out whole groups of its own share of the step's prompts; a
     share rounded down (or up to one) would silently train a different number of
     prompts per step than the recipe says, changing with the number of GPUs.
     """
-    prompts, world = cfg.rollout.prompts_per_step, info.world_size
+    prompts, world = rollout.prompts_per_step, info.world_size
     if prompts % world:
         lower = prompts - prompts % world
         options = f"{lower} or {lower + world}" if lower else f"{world}"
@@ -74,9 +81,6 @@ def init_distributed(device: str, *, timeout_s: float | None = None) -> DistInfo
     launched = "TORCHELASTIC_RUN_ID" in os.environ  # set by torchrun for its workers
     if world <= 1 and not launched:
         return DistInfo(device=device)
-    import torch
-    import torch.distributed as dist
-
     local_rank = int(os.environ.get("LOCAL_RANK", "0"))
     use_cuda = device.startswith("cuda") or (device == "auto" and torch.cuda.is_available())
     if use_cuda:
@@ -95,8 +99,8 @@ def init_distributed(device: str, *, timeout_s: float | None = None) -> DistInfo
 
 
 def shard_model(
-    model: Any, info: DistInfo, *, compute_dtype: str = "float32", cpu_offload: bool = False
-) -> Any:
+    model: nn.Module, info: DistInfo, *, compute_dtype: str = "float32", cpu_offload: bool = False
+) -> nn.Module:
     """FSDP2-shard ``model`` in place: each decoder layer, then the root.
 
     ``compute_dtype`` other than float32 becomes FSDP2's mixed-precision policy:
@@ -106,7 +110,6 @@ def shard_model(
     """
     if not info.enabled:
         return model
-    import torch
     from torch.distributed.fsdp import CPUOffloadPolicy, MixedPrecisionPolicy, fully_shard
 
     kwargs: dict[str, Any] = {}
@@ -122,7 +125,7 @@ def shard_model(
     return model
 
 
-def decoder_layers(model: Any) -> list[Any]:
+def decoder_layers(model: nn.Module) -> list[nn.Module]:
     """The transformer blocks of a (possibly peft-wrapped) causal LM."""
     inner = model
     for attr in ("base_model", "model"):
@@ -132,7 +135,7 @@ def decoder_layers(model: Any) -> list[Any]:
 
 
 @contextlib.contextmanager
-def gathered_params(model: Any, *, enabled: bool = True) -> Iterator[None]:
+def gathered_params(model: nn.Module, *, enabled: bool = True) -> Iterator[None]:
     """Keep FSDP parameters unsharded so ranks can run different numbers of forwards.
 
     ``enabled=False`` leaves them sharded: a colocated engine generates with its
@@ -158,7 +161,7 @@ def gathered_params(model: Any, *, enabled: bool = True) -> Iterator[None]:
             m.set_reshard_after_forward(True)
 
 
-def reshard(model: Any) -> None:
+def reshard(model: nn.Module) -> None:
     """Free every FSDP unit's gathered parameters, keeping only this rank's shards.
 
     After a no-grad forward the root unit keeps its parameters gathered (FSDP2
@@ -176,12 +179,8 @@ def reshard(model: Any) -> None:
 
 def all_reduce(value: float, op: str = "sum") -> float:
     """Sum or max of a number over ranks (the number itself in a single process)."""
-    import torch.distributed as dist
-
     if not (dist.is_available() and dist.is_initialized()):
         return value
-    import torch
-
     tensor = torch.tensor([float(value)], dtype=torch.float64)
     if dist.get_backend() == "nccl":
         tensor = tensor.cuda()
@@ -189,12 +188,12 @@ def all_reduce(value: float, op: str = "sum") -> float:
     return float(tensor.item())
 
 
-def rank_slice(items: Sequence[Any], info: DistInfo) -> list[Any]:
+def rank_slice(items: Sequence[T], info: DistInfo) -> list[T]:
     """This rank's share of a list that every rank computed identically."""
     return list(items[info.rank :: info.world_size])
 
 
-def full_state_dict(model: Any) -> dict[str, Any]:
+def full_state_dict(model: nn.Module) -> dict[str, torch.Tensor]:
     """Unsharded parameters (DTensors gathered), for saving or comparing."""
     out = {}
     for name, value in model.state_dict().items():
@@ -214,12 +213,8 @@ def cleanup() -> None:
     Call it on every rank, at the same point, and only on the normal path
     (a rank that failed would leave the others waiting in the barrier).
     """
-    import torch.distributed as dist
-
     if dist.is_available() and dist.is_initialized():
         if dist.get_backend() == "nccl":  # name the GPU (set in init_distributed): no warning
-            import torch
-
             dist.barrier(device_ids=[torch.cuda.current_device()])
         else:
             dist.barrier()

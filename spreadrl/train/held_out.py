@@ -11,22 +11,20 @@ figures go to ``metrics.jsonl`` as ``eval/*``. Kept small on purpose
 from __future__ import annotations
 
 import time
-from typing import TYPE_CHECKING
 
+from torch import nn
 from transformers import PreTrainedTokenizerBase
 
 from spreadrl.data.task import TaskSet
 from spreadrl.rollout.chat import EpisodeChat
+from spreadrl.rollout.colocate import ColocatedRollouts
 from spreadrl.rollout.policy import Policy
-from spreadrl.rollout.runner import EnvPoolLike, EpisodeJob, RunValues, run_episodes
+from spreadrl.rollout.runner import EnvPoolLike, EpisodeJob, run_episodes
 from spreadrl.train.config import GRPOConfig
-from spreadrl.train.distributed import DistInfo, all_reduce, gathered_params, rank_slice
-from spreadrl.train.precision import compute_context, compute_dtype
-
-if TYPE_CHECKING:
-    import torch
-
-    from spreadrl.rollout.colocate import ColocatedRollouts
+from spreadrl.train.distributed import DistInfo, all_reduce, rank_slice
+from spreadrl.train.precision import compute_dtype
+from spreadrl.train.rollout_backend import generating
+from spreadrl.train.rollouts import rollout_run
 
 
 def eval_due(cfg: GRPOConfig, step: int) -> bool:
@@ -55,7 +53,7 @@ def held_out_eval(
     cfg: GRPOConfig,
     step: int,
     *,
-    model: torch.nn.Module,
+    model: nn.Module,
     colocated: ColocatedRollouts | None = None,
     info: DistInfo | None = None,
 ) -> dict[str, float]:
@@ -66,15 +64,10 @@ def held_out_eval(
     info = info or DistInfo()
     start = time.perf_counter()
     jobs = rank_slice(held_out_jobs(tasks, cfg), info)
-    run = RunValues(seed=cfg.seed * 7919 + step, max_prompt_tokens=cfg.data.max_prompt_tokens)
-    if colocated is not None:  # the engine gets the weights the update just made
-        colocated.before_rollouts(model)
-    own = colocated is None  # a colocated engine generates with its own (bf16) copy
-    compute = compute_dtype(cfg.model.dtype, info.device) if own else "float32"
-    with gathered_params(model, enabled=own), compute_context(model, compute):
+    run = rollout_run(cfg, cfg.seed * 7919 + step)
+    compute = compute_dtype(cfg.model.dtype, info.device)
+    with generating(model, colocated, compute):  # the engine gets the update's weights
         batch = run_episodes(policy, pool, jobs, cfg.rollout, EpisodeChat.of(tokenizer), run=run)
-    if colocated is not None:
-        colocated.after_rollouts()
     trajs = batch.trajectories
     sums = [
         float(len(trajs)),

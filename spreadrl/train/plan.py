@@ -47,9 +47,23 @@ memory-efficient kernels on GPU do not), CPU offload.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
+
+import torch
+from transformers import AutoConfig, AutoModelForCausalLM, PretrainedConfig, Qwen3Config
 
 from spreadrl.errors import ConfigError
+from spreadrl.models.init import PRESETS
+from spreadrl.train.config import GRPOConfig
+from spreadrl.train.distributed import DistInfo, check_world_size, decoder_layers
+from spreadrl.train.logprobs import (
+    BYTES_PER_LOGIT,
+    BYTES_PER_LOGIT_CUT,
+    CUDA_FREE_SHARE,
+    MAX_CHUNK_TOKENS,
+    chunk_tokens_for,
+)
+from spreadrl.train.precision import compute_dtype
+from spreadrl.train.timeouts import collective_timeout_s, rollout_rounds
 
 GIB = 2**30
 RUNTIME_GIB = 2.0  # CUDA context (~0.5), NCCL buffers, allocator slack: per GPU, assumed
@@ -93,16 +107,11 @@ class ModelShape:
         return 5 * self.hidden + 2 * self.q_dim + 2 * self.kv_dim + 4 * self.intermediate
 
 
-def model_shape(config: Any) -> ModelShape:
+def model_shape(config: PretrainedConfig) -> ModelShape:
     """Count ``config``'s parameters on the meta device (no memory, no download)."""
-    import torch
-    from transformers import AutoModelForCausalLM
-
     with torch.device("meta"):
         model = AutoModelForCausalLM.from_config(config)
     params = sum(p.numel() for p in model.parameters())
-    from spreadrl.train.distributed import decoder_layers
-
     layers = decoder_layers(model)
     layer_params = sum(p.numel() for p in layers[0].parameters()) if layers else 0
     heads = config.num_attention_heads
@@ -119,12 +128,8 @@ def model_shape(config: Any) -> ModelShape:
     )
 
 
-def preset_config(name: str, vocab_size: int = QWEN3_VOCAB) -> Any:
+def preset_config(name: str, vocab_size: int = QWEN3_VOCAB) -> PretrainedConfig:
     """A Qwen3 config of one of ``spreadrl model init``'s presets (``4b-shape``: Qwen3-4B)."""
-    from transformers import Qwen3Config
-
-    from spreadrl.models.init import PRESETS
-
     if name not in PRESETS:
         raise ConfigError(f"--shape {name!r}: choose one of {', '.join(sorted(PRESETS))}")
     kwargs = dict(PRESETS[name])
@@ -134,10 +139,8 @@ def preset_config(name: str, vocab_size: int = QWEN3_VOCAB) -> Any:
     return Qwen3Config(**kwargs)
 
 
-def load_model_config(name_or_path: str) -> Any:
+def load_model_config(name_or_path: str) -> PretrainedConfig:
     """The model's config from a local folder (or the Hugging Face cache), never downloaded."""
-    from transformers import AutoConfig
-
     try:
         return AutoConfig.from_pretrained(name_or_path, local_files_only=True)
     except (OSError, ValueError) as exc:
@@ -197,10 +200,7 @@ class _Budget:
     vllm_weights: float
 
 
-def _budget(cfg: Any, shape: ModelShape, hw: Hardware, tokens: int) -> _Budget:
-    from spreadrl.train.logprobs import BYTES_PER_LOGIT, BYTES_PER_LOGIT_CUT, chunk_tokens_for
-    from spreadrl.train.precision import compute_dtype
-
+def _budget(cfg: GRPOConfig, shape: ModelShape, hw: Hardware, tokens: int) -> _Budget:
     compute = compute_dtype(cfg.model.dtype, hw.device)
     cb = DTYPE_BYTES[compute]
     w = max(1, hw.gpus)
@@ -244,13 +244,11 @@ def _budget(cfg: Any, shape: ModelShape, hw: Hardware, tokens: int) -> _Budget:
 def _chunk_bytes(b: _Budget, tokens: int, free: float) -> float:
     """One log-prob chunk: a quarter of the free memory, at most the micro-batch, at
     least the CPU size (:func:`spreadrl.train.logprobs.chunk_tokens_for`)."""
-    from spreadrl.train.logprobs import CUDA_FREE_SHARE, MAX_CHUNK_TOKENS
-
     most = min(tokens, MAX_CHUNK_TOKENS) * b.chunk_per_token
     return max(b.chunk_floor, min(most, CUDA_FREE_SHARE * max(0.0, free)))
 
 
-def _lora_params(cfg: Any, shape: ModelShape) -> int:
+def _lora_params(cfg: GRPOConfig, shape: ModelShape) -> int:
     """Adapter parameters: r x (in + out) per targeted projection per layer."""
     lora = cfg.model.lora
     dims = {
@@ -266,10 +264,8 @@ def _lora_params(cfg: Any, shape: ModelShape) -> int:
     return per_layer * shape.layers
 
 
-def plan_memory(cfg: Any, shape: ModelShape, hw: Hardware) -> Plan:
+def plan_memory(cfg: GRPOConfig, shape: ModelShape, hw: Hardware) -> Plan:
     """The per-GPU plan of GRPO recipe ``cfg`` for a model of ``shape`` on ``hw``."""
-    from spreadrl.train.precision import compute_dtype
-
     compute = compute_dtype(cfg.model.dtype, hw.device)
     tokens = cfg.optim.micro_batch_tokens
     b = _budget(cfg, shape, hw, tokens)
@@ -321,10 +317,8 @@ def plan_memory(cfg: Any, shape: ModelShape, hw: Hardware) -> Plan:
     plan.largest_utilization = max(0.0, (mem - resident) / mem)
     plan.problems = _problems(cfg, plan, b, shape, mem, resident, kv_bytes)
     if cfg.rollout.prompts_per_step % max(1, hw.gpus):
-        from spreadrl.train.distributed import DistInfo, check_world_size
-
         try:
-            check_world_size(cfg, DistInfo(world_size=hw.gpus))
+            check_world_size(cfg.rollout, DistInfo(world_size=hw.gpus))
         except ConfigError as exc:
             plan.problems.insert(0, str(exc))
     plan.times = plan_times(cfg, shape, hw)
@@ -332,7 +326,13 @@ def plan_memory(cfg: Any, shape: ModelShape, hw: Hardware) -> Plan:
 
 
 def _problems(
-    cfg: Any, plan: Plan, b: _Budget, shape: ModelShape, mem: float, resident: float, kv_bytes: int
+    cfg: GRPOConfig,
+    plan: Plan,
+    b: _Budget,
+    shape: ModelShape,
+    mem: float,
+    resident: float,
+    kv_bytes: int,
 ) -> list[str]:
     """What does not fit, each naming the setting to change."""
     out = []
@@ -366,7 +366,7 @@ def _problems(
     return out
 
 
-def _too_big(cfg: Any, plan: Plan, phase: str, shape: ModelShape, b: _Budget) -> str:
+def _too_big(cfg: GRPOConfig, plan: Plan, phase: str, shape: ModelShape, b: _Budget) -> str:
     gib = plan.hardware.memory_gib
     over = plan.phases[phase] - gib
     head = f"the {phase} peak at {plan.phases[phase]:.1f} GiB of {gib:g}"
@@ -380,10 +380,8 @@ def _too_big(cfg: Any, plan: Plan, phase: str, shape: ModelShape, b: _Budget) ->
     return f"{head}: use more GPUs (--gpus) or model.lora.enabled=true"
 
 
-def plan_times(cfg: Any, shape: ModelShape, hw: Hardware) -> list[tuple[str, str]]:
+def plan_times(cfg: GRPOConfig, shape: ModelShape, hw: Hardware) -> list[tuple[str, str]]:
     """Seconds per step at the recipe's full budgets (upper bounds), per GPU."""
-    from spreadrl.train.timeouts import collective_timeout_s, rollout_rounds
-
     seq = cfg.data.max_prompt_tokens + cfg.rollout.max_response_tokens
     sequences = cfg.rollout.prompts_per_step * cfg.rollout.group_size
     tokens = sequences * seq / max(1, hw.gpus)
@@ -404,13 +402,13 @@ def plan_times(cfg: Any, shape: ModelShape, hw: Hardware) -> list[tuple[str, str
     ]
 
 
-def plan_recipe(cfg: Any, hw: Hardware, *, shape_name: str | None = None) -> Plan:
+def plan_recipe(cfg: GRPOConfig, hw: Hardware, *, shape_name: str | None = None) -> Plan:
     """The plan of ``cfg`` on ``hw``; the model's config from ``shape_name`` or the recipe."""
     config = preset_config(shape_name) if shape_name else load_model_config(cfg.model.name_or_path)
     return plan_memory(cfg, model_shape(config), hw)
 
 
-def engine_kv_tokens(llm: Any) -> int | None:
+def engine_kv_tokens(llm: object) -> int | None:
     """The KV-cache capacity, in tokens, of a started ``vllm.LLM`` (None if it does not say)."""
     cache = getattr(
         getattr(getattr(llm, "llm_engine", None), "vllm_config", None), "cache_config", None

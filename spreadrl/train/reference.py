@@ -12,13 +12,13 @@ import copy
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
 
-from spreadrl.train.config import GRPOConfig
+import torch
+
+from spreadrl.train.batching import Sample
+from spreadrl.train.config import GRPOOptimConfig, LossConfig
 from spreadrl.train.distributed import gathered_params
-
-if TYPE_CHECKING:
-    import torch
+from spreadrl.train.update import Scoring, compute_logprobs
 
 
 @dataclass
@@ -43,22 +43,30 @@ class Reference:
             else:
                 yield self.model
 
+    def logprobs(
+        self, samples: list[Sample], optim: GRPOOptimConfig, scoring: Scoring, *, pad_id: int
+    ) -> list[list[float]]:
+        """Reference log-probs of ``samples``, scored as the policy's are.
+
+        Every rank calls it, even with no samples: gathering a sharded reference is a
+        collective."""
+        with self.active() as module:
+            return compute_logprobs(module, samples, optim, scoring, pad_id=pad_id)
+
 
 def build_reference(
-    model: torch.nn.Module, cfg: GRPOConfig, *, dtype: str = "float32"
+    model: torch.nn.Module, loss: LossConfig, *, dtype: str = "float32"
 ) -> Reference | None:
     """The reference of ``loss.kl_coef`` (None when the KL term is off).
 
     ``dtype``: the run's compute dtype. A frozen copy never trains, so it is kept in
     that dtype (bf16: half the memory of the policy's float32 master weights)."""
-    if cfg.loss.kl_coef <= 0:
+    if loss.kl_coef <= 0:
         return None
     if hasattr(model, "disable_adapter"):  # a peft model: its base is the reference
         return Reference(model, adapter_disabled=True)
     ref = copy.deepcopy(model)
     if dtype != "float32":
-        import torch
-
         ref.to(getattr(torch, dtype))
     ref.eval()
     for p in ref.parameters():

@@ -13,7 +13,7 @@
 
 from __future__ import annotations
 
-from typing import Any
+from spreadrl.train.config import RewardConfig
 
 
 def outcome_reward(passed: bool) -> float:
@@ -54,7 +54,7 @@ def overlong_penalty(length: int, max_length: int, buffer: int, factor: float = 
 
 
 def shape_reward(
-    cfg: Any,
+    cfg: RewardConfig,
     passed: bool,
     num_tool_calls: int,
     response_length: int,
@@ -84,7 +84,7 @@ def shape_reward(
     elif cfg.outcome:
         parts["outcome"] = outcome_reward(passed)
     if cfg.overlong:
-        limit = cfg.overlong_max_length or max_length
+        limit = cfg.overlong_limit(max_length or 0)
         if not limit:
             raise ValueError("overlong shaping needs reward.overlong_max_length or max_length")
         parts["overlong"] = overlong_penalty(

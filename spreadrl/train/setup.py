@@ -9,17 +9,48 @@ import random
 import signal
 import threading
 import warnings
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from types import FrameType
 
+import numpy as np
+import torch
+from rich.console import Console
+from torch import nn
+from torch.optim import Optimizer
+from torch.optim.lr_scheduler import LambdaLR, LRScheduler
+from transformers import PreTrainedTokenizerBase
+
+from spreadrl.config import config_to_dict, dump_config
 from spreadrl.errors import RunStopped, SpreadrlError
+from spreadrl.models.init import load_model_and_tokenizer
+from spreadrl.train.checkpoint import (
+    TrainerState,
+    checkpoint_folder,
+    latest_checkpoint,
+    load_trainer_state,
+    save_checkpoint,
+    save_model,
+)
+from spreadrl.train.config import (
+    CheckpointConfig,
+    GRPOConfig,
+    LossConfig,
+    ModelConfig,
+    OptimConfig,
+    SFTConfig,
+)
+from spreadrl.train.distributed import DistInfo, all_reduce, cleanup, init_distributed
+from spreadrl.train.precision import resolve_precision
+from spreadrl.train.timeouts import collective_timeout_s
+from spreadrl.train.tracking import MetricsLog, build_metrics_log
+
+RecipeConfig = GRPOConfig | SFTConfig
+"""A training recipe's whole config: what a run folder records and resumes."""
 
 
 def set_seed(seed: int) -> None:
-    import numpy as np
-    import torch
-
     random.seed(seed)
     np.random.seed(seed % 2**32)
     torch.manual_seed(seed)
@@ -27,8 +58,6 @@ def set_seed(seed: int) -> None:
 
 def resolve_device(name: str) -> str:
     """ "auto" picks cuda when present; asking for cuda without a GPU is a clear error."""
-    import torch
-
     if name == "auto":
         return "cuda" if torch.cuda.is_available() else "cpu"
     if name.startswith("cuda") and not torch.cuda.is_available():
@@ -36,27 +65,24 @@ def resolve_device(name: str) -> str:
     return name
 
 
-def build_model(model_cfg: Any, device: str, *, path: str | None = None) -> tuple[Any, Any]:
+def build_model(
+    model_cfg: ModelConfig, device: str, *, path: str | None = None
+) -> tuple[nn.Module, PreTrainedTokenizerBase]:
     """Load the policy (and tokenizer) from ``path`` or the config, add LoRA if configured.
 
     Trainable weights are float32 whatever ``model.dtype`` says (it names the
     compute dtype: :mod:`spreadrl.train.precision`); peft keeps adapters in float32.
     """
-    from spreadrl.models.init import load_model_and_tokenizer
-    from spreadrl.train.precision import resolve_precision
-
-    lora = getattr(model_cfg, "lora", None)
+    lora = model_cfg.lora
     # trained weights load in float32 (master weights; model.dtype is the compute dtype,
     # see spreadrl.train.precision); a LoRA base never trains and loads in that dtype
-    precision = resolve_precision(
-        getattr(model_cfg, "dtype", "auto"), device, lora=bool(lora is not None and lora.enabled)
-    )
+    precision = resolve_precision(model_cfg.dtype, device, lora=lora.enabled)
     model, tokenizer = load_model_and_tokenizer(
         path or model_cfg.name_or_path, dtype=precision.load, device=device
     )
     if path is not None and (Path(path) / "adapter_config.json").exists():
         pass  # a LoRA checkpoint was loaded with its adapter already
-    elif lora is not None and lora.enabled:
+    elif lora.enabled:
         from peft import LoraConfig, get_peft_model
 
         targets = list(lora.target_modules) or ["q_proj", "k_proj", "v_proj", "o_proj"]
@@ -71,7 +97,7 @@ def build_model(model_cfg: Any, device: str, *, path: str | None = None) -> tupl
                     task_type="CAUSAL_LM",
                 ),
             )
-    if getattr(model_cfg, "gradient_checkpointing", False):
+    if model_cfg.gradient_checkpointing:
         enable_activation_checkpointing(model)
         if hasattr(model, "enable_input_require_grads"):
             model.enable_input_require_grads()
@@ -95,7 +121,7 @@ def peft_wrapping() -> Iterator[None]:
         yield
 
 
-def enable_activation_checkpointing(model: Any) -> None:
+def enable_activation_checkpointing(model: nn.Module) -> None:
     """Turn on activation (gradient) checkpointing under the name this transformers uses.
 
     transformers renamed ``gradient_checkpointing_enable`` to
@@ -109,9 +135,8 @@ def enable_activation_checkpointing(model: Any) -> None:
     enable()
 
 
-def build_optimizer(model: Any, optim_cfg: Any) -> Any:
-    import torch
-
+def build_optimizer(model: nn.Module, optim_cfg: OptimConfig) -> Optimizer:
+    """AdamW over the trainable parameters (LoRA: the adapters only)."""
     params = [p for p in model.parameters() if p.requires_grad]
     if not params:
         raise SpreadrlError("the model has no trainable parameters")
@@ -119,14 +144,12 @@ def build_optimizer(model: Any, optim_cfg: Any) -> Any:
         params,
         lr=optim_cfg.lr,
         weight_decay=optim_cfg.weight_decay,
-        betas=tuple(optim_cfg.betas),
+        betas=(optim_cfg.betas[0], optim_cfg.betas[1]),
     )
 
 
-def build_scheduler(optimizer: Any, optim_cfg: Any, total_steps: int) -> Any:
+def build_scheduler(optimizer: Optimizer, optim_cfg: OptimConfig, total_steps: int) -> LRScheduler:
     """Linear warmup, then constant, linear or cosine decay to zero."""
-    import torch
-
     warmup = max(0, int(optim_cfg.warmup_steps))
     kind = optim_cfg.schedule
 
@@ -140,7 +163,7 @@ def build_scheduler(optimizer: Any, optim_cfg: Any, total_steps: int) -> Any:
             return 1.0 - progress
         return 0.5 * (1.0 + math.cos(math.pi * progress))
 
-    return torch.optim.lr_scheduler.LambdaLR(optimizer, factor)
+    return LambdaLR(optimizer, factor)
 
 
 class StopSignals:
@@ -182,7 +205,7 @@ class StopSignals:
     def __init__(self, rank: int | None = None) -> None:
         self.label = f"[rank {rank}] " if rank is not None else ""  # under torchrun
         self.received = 0  # the first signal's number; 0 for none
-        self._previous: dict[int, Any] = {}
+        self._previous: dict[int, Callable[[int, FrameType | None], object] | int | None] = {}
 
     def install(self) -> None:
         if self._previous or threading.current_thread() is not threading.main_thread():
@@ -196,7 +219,7 @@ class StopSignals:
             signal.signal(sig, previous if previous is not None else signal.SIG_DFL)
         self._previous.clear()
 
-    def _catch(self, signum: int, frame: Any) -> None:
+    def _catch(self, signum: int, frame: FrameType | None) -> None:
         name = signal.Signals(signum).name
         if not self.received:
             self.received = signum
@@ -212,7 +235,7 @@ class StopSignals:
         with contextlib.suppress(OSError):
             os.write(2, f"{self.label}{text}\n".encode())
 
-    def requested(self, info: Any) -> str | None:
+    def requested(self, info: DistInfo) -> str | None:
         """At a step boundary, on every rank alike: the signal's name if any rank got one.
 
         Under torchrun this is a collective (one ``all_reduce``), so every rank
@@ -220,47 +243,60 @@ class StopSignals:
         """
         received = self.received
         if info.enabled:
-            from spreadrl.train.distributed import all_reduce
-
             received = int(all_reduce(float(received), op="max"))
         return signal.Signals(received).name if received else None
 
 
+@dataclass
 class Run:
     """What the SFT and GRPO recipes set up alike: the run folder, the process group,
-    the resume point, and checkpoints (every N steps, and on SIGINT / SIGTERM)."""
+    the resume point, and checkpoints (every N steps, and on SIGINT / SIGTERM).
 
-    def __init__(self, cfg: Any, console: Any, *, seed_per_rank: bool = False) -> None:
-        from spreadrl.config import config_to_dict, dump_config
-        from spreadrl.train.checkpoint import latest_checkpoint
-        from spreadrl.train.distributed import init_distributed
-        from spreadrl.train.timeouts import collective_timeout_s
-        from spreadrl.train.tracking import build_metrics_log
+    Built by :meth:`start`; afterwards it reads only its own sections
+    (``checkpoint``), never the whole config again."""
 
-        self.cfg = cfg
-        self.console = console
-        self.info = init_distributed(
-            resolve_device(cfg.device), timeout_s=collective_timeout_s(cfg)
-        )
-        self.out = Path(cfg.output_dir)
-        self.out.mkdir(parents=True, exist_ok=True)
-        if self.info.is_main:
-            (self.out / "config.yaml").write_text(dump_config(cfg))
-        set_seed(cfg.seed + (self.info.rank if seed_per_rank else 0))
-        self.ckpt_root = (
-            Path(cfg.checkpoint.dir) if cfg.checkpoint.dir else self.out / "checkpoints"
-        )
-        self.resume_from = latest_checkpoint(self.ckpt_root)
-        self.metrics = build_metrics_log(
-            cfg.logging, self.out, config_to_dict(cfg), main=self.info.is_main
+    info: DistInfo
+    out: Path
+    console: Console
+    checkpoint: CheckpointConfig
+    ckpt_root: Path
+    resume_from: Path | None
+    metrics: MetricsLog
+
+    @classmethod
+    def start(cls, cfg: RecipeConfig, console: Console, *, seed_per_rank: bool = False) -> Run:
+        """Join the process group, write ``config.yaml``, seed, find the resume point.
+
+        The whole config is read here and only here: it is recorded as the run's
+        resolved config (and sizes the collective timeout); the rest of the run
+        gets sections."""
+        device = resolve_device(cfg.device)
+        info = init_distributed(device, timeout_s=collective_timeout_s(cfg))
+        out = Path(cfg.output_dir)
+        out.mkdir(parents=True, exist_ok=True)
+        if info.is_main:
+            (out / "config.yaml").write_text(dump_config(cfg))
+        resolved = config_to_dict(cfg)
+        set_seed(cfg.seed + (info.rank if seed_per_rank else 0))
+        root = Path(cfg.checkpoint.dir) if cfg.checkpoint.dir else out / "checkpoints"
+        return cls(
+            info=info,
+            out=out,
+            console=console,
+            checkpoint=cfg.checkpoint,
+            ckpt_root=root,
+            resume_from=latest_checkpoint(root),
+            metrics=build_metrics_log(cfg.logging, out, resolved, main=info.is_main),
         )
 
-    def build_model(self) -> tuple[Any, Any]:
+    def build_model(self, model_cfg: ModelConfig) -> tuple[nn.Module, PreTrainedTokenizerBase]:
         """The policy, from the newest checkpoint when resuming."""
         path = str(self.resume_from) if self.resume_from else None
-        return build_model(self.cfg.model, self.info.device, path=path)
+        return build_model(model_cfg, self.info.device, path=path)
 
-    def reference_source(self, model: Any) -> Any:
+    def reference_source(
+        self, model: nn.Module, model_cfg: ModelConfig, loss: LossConfig
+    ) -> nn.Module:
         """The model a KL reference is made from: the starting weights, also on resume.
 
         A checkpoint holds the policy as trained, so when resuming a full
@@ -268,62 +304,57 @@ class Run:
         resumed run would otherwise measure KL against its own last weights. A
         LoRA policy is its own source: its base, adapters disabled, never trains.
         """
-        kl_coef = getattr(getattr(self.cfg, "loss", None), "kl_coef", 0.0)
-        if kl_coef <= 0 or self.resume_from is None or hasattr(model, "disable_adapter"):
+        if loss.kl_coef <= 0 or self.resume_from is None or hasattr(model, "disable_adapter"):
             return model
-        start, _ = build_model(self.cfg.model, self.info.device)
+        start, _ = build_model(model_cfg, self.info.device)
         return start
 
-    def resume(self, model: Any, optimizer: Any, scheduler: Any) -> dict[str, Any] | None:
+    def resume(
+        self, model: nn.Module, optimizer: Optimizer, scheduler: LRScheduler
+    ) -> TrainerState | None:
         """Restore optimizer, scheduler and RNG; return the saved extra state, or None."""
-        from spreadrl.train.checkpoint import load_trainer_state
-
         if self.resume_from is None:
             return None
         state = load_trainer_state(self.resume_from, model, optimizer, scheduler, self.info)
         self.console.print(f"resumed from {self.resume_from} at step {state['step']}")
         return state
 
-    def save(
-        self,
-        step: int,
-        model: Any,
-        tokenizer: Any,
-        optimizer: Any,
-        scheduler: Any,
-        extra: dict[str, Any],
-    ) -> None:
-        from spreadrl.train.checkpoint import save_checkpoint
-
+    def save(self, step: int, parts: Checkpointed, extra: dict[str, object]) -> None:
         save_checkpoint(
             self.ckpt_root,
             step,
-            model,
-            tokenizer,
-            optimizer,
-            scheduler,
+            parts.model,
+            parts.tokenizer,
+            parts.optimizer,
+            parts.scheduler,
             extra,
-            keep=self.cfg.checkpoint.keep,
+            keep=self.checkpoint.keep,
             info=self.info,
         )
 
-    def maybe_save(self, step: int, *args: Any) -> bool:
+    def maybe_save(self, step: int, parts: Checkpointed, extra: dict[str, object]) -> bool:
         """Save every ``checkpoint.every_steps`` steps; return whether this step was saved."""
-        every = self.cfg.checkpoint.every_steps
+        every = self.checkpoint.every_steps
         if every and step % every == 0:
-            self.save(step, *args)
+            self.save(step, parts, extra)
             return True
         return False
 
-    def stop(self, signal_name: str, step: int, total: int, saved: bool, *args: Any) -> RunStopped:
+    def stop(
+        self,
+        signal_name: str,
+        step: int,
+        total: int,
+        saved: bool,
+        parts: Checkpointed,
+        extra: dict[str, object],
+    ) -> RunStopped:
         """Save ``step`` (unless ``saved`` already) on every rank; the exception to raise.
 
         Called on every rank after the same step (see :class:`StopSignals`).
         """
-        from spreadrl.train.checkpoint import checkpoint_folder
-
         if not saved:
-            self.save(step, *args)
+            self.save(step, parts, extra)
         self.metrics.close()
         self.close()
         folder = checkpoint_folder(self.ckpt_root, step)
@@ -331,10 +362,8 @@ class Run:
         message = f"stopped by {signal_name} after step {step}/{total}{ranks}; checkpoint: {folder}"
         return RunStopped(message, str(folder), step, announce=self.info.is_main)
 
-    def finish(self, model: Any, tokenizer: Any) -> Path:
+    def finish(self, model: nn.Module, tokenizer: PreTrainedTokenizerBase) -> Path:
         """Write the final model (full weights, gathered from FSDP shards) to OUTPUT_DIR/final."""
-        from spreadrl.train.checkpoint import save_model
-
         self.metrics.close()
         final = save_model(model, tokenizer, self.out / "final", self.info)
         self.close()
@@ -342,7 +371,15 @@ class Run:
 
     def close(self) -> None:
         """Leave the process group (all ranks together); a no-op in one process."""
-        from spreadrl.train.distributed import cleanup
-
         if self.info.enabled:
             cleanup()
+
+
+@dataclass(frozen=True)
+class Checkpointed:
+    """What a checkpoint holds of a run besides its step and data position."""
+
+    model: nn.Module
+    tokenizer: PreTrainedTokenizerBase
+    optimizer: Optimizer
+    scheduler: LRScheduler

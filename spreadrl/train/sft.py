@@ -12,15 +12,24 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+
+import torch
+from rich.console import Console
+from torch import nn
+from transformers import PreTrainedTokenizerBase
 
 from spreadrl.train.batching import MIN_SHARED_PREFIX, Sample, collate, pack_by_tokens
+from spreadrl.train.config import SFTConfig
+from spreadrl.train.distributed import all_reduce, rank_slice, shard_model
 from spreadrl.train.logprobs import prefix_sharing, sequence_logprobs
+from spreadrl.train.precision import compute_dtype
 from spreadrl.train.sampler import EpochShuffle, torch_permutation
+from spreadrl.train.setup import Checkpointed, Run, StopSignals, build_optimizer, build_scheduler
+from spreadrl.train.sft_data import load_sft_dataset
 
 
 def sft_loss_step(
-    model: Any,
+    model: nn.Module,
     samples: list[Sample],
     *,
     pad_id: int,
@@ -41,8 +50,6 @@ def sft_loss_step(
     FSDP (:func:`spreadrl.train.logprobs.prefix_sharing`). ``compute_dtype``: the
     forward's dtype over the float32 master weights (:mod:`spreadrl.train.precision`).
     """
-    from spreadrl.train.distributed import all_reduce
-
     prefix_min = prefix_sharing(model, MIN_SHARED_PREFIX if shared_prefix else 0)
     local = sum(sum(s.mask[1:]) for s in samples)
     total = all_reduce(local)
@@ -66,7 +73,7 @@ def sft_loss_step(
     return {"loss": all_reduce(loss_sum), "tokens": float(total)}
 
 
-def total_steps(cfg: Any, dataset_size: int) -> int:
+def total_steps(cfg: SFTConfig, dataset_size: int) -> int:
     """``steps`` when set, else enough steps for ``epochs`` passes over the data."""
     if cfg.steps:
         return int(cfg.steps)
@@ -74,10 +81,10 @@ def total_steps(cfg: Any, dataset_size: int) -> int:
 
 
 def train_sft(
-    cfg: Any,
+    cfg: SFTConfig,
     *,
-    console: Any = None,
-    on_step: Callable[[int, Any, Any], bool] | None = None,
+    console: Console | None = None,
+    on_step: Callable[[int, nn.Module, PreTrainedTokenizerBase], bool] | None = None,
     shared_prefix: bool | None = None,
 ) -> Path:
     """Run SFT per ``cfg`` (a spreadrl.train.config.SFTConfig); return the final model folder.
@@ -88,27 +95,19 @@ def train_sft(
     (the demo does) without reloading the model or restarting the run per
     check. It must answer alike on every rank. ``shared_prefix``: run the prefix a
     micro-batch's conversations share (the system prompt) once per micro-batch, see
-    :func:`sft_loss_step`; None = ``cfg.optim.shared_prefix``.
+    :func:`sft_loss_step`; None = ``cfg.shared_prefix``.
 
     Raises:
         RunStopped: SIGINT or SIGTERM (on any rank) stopped the run after a whole
             step, saved as a checkpoint that the same command resumes from
             (see :class:`spreadrl.train.setup.StopSignals`).
     """
-    import torch
-    from rich.console import Console
-
-    from spreadrl.train.distributed import rank_slice, shard_model
-    from spreadrl.train.precision import compute_dtype
-    from spreadrl.train.setup import Run, StopSignals, build_optimizer, build_scheduler
-    from spreadrl.train.sft_data import load_sft_dataset
-
     console = console or Console()
     if shared_prefix is None:
-        shared_prefix = cfg.optim.shared_prefix
-    run = Run(cfg, console)
+        shared_prefix = cfg.shared_prefix
+    run = Run.start(cfg, console)
     info = run.info
-    model, tokenizer = run.build_model()
+    model, tokenizer = run.build_model(cfg.model)
     pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0
     data = load_sft_dataset(Path(cfg.data.path), tokenizer, cfg.max_length)
     if data.dropped_too_long:
@@ -126,7 +125,7 @@ def train_sft(
     start = state["step"] if state else 0
     if state:
         order.load(state["extra"]["order"])
-    ckpt_args = (model, tokenizer, optimizer, scheduler)
+    parts = Checkpointed(model, tokenizer, optimizer, scheduler)
     params = [p for p in model.parameters() if p.requires_grad]
     model.train()
     # SIGINT / SIGTERM: every rank stops after the same step, then saves it
@@ -169,11 +168,10 @@ def train_sft(
                     f"gnorm {grad_norm:.3f}  lr {metrics['lr']:.2e}  "
                     f"{metrics['tokens_per_s']:.0f} tok/s"
                 )
-            saved = run.maybe_save(step, *ckpt_args, {"order": order.state()})
+            extra: dict[str, object] = {"order": order.state()}
+            saved = run.maybe_save(step, parts, extra)
             if step < steps and (signal_name := signals.requested(info)):
-                raise run.stop(
-                    signal_name, step, steps, saved, *ckpt_args, {"order": order.state()}
-                )
+                raise run.stop(signal_name, step, steps, saved, parts, extra)
             if on_step is not None:
                 stop = on_step(step, model, tokenizer)
                 model.train()  # the hook may have switched to eval mode to sample

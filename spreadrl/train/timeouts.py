@@ -21,7 +21,7 @@ aborting a healthy run.
 
 from __future__ import annotations
 
-from typing import Any
+from spreadrl.train.config import GRPOConfig, SFTConfig
 
 BASE_S = 600.0
 # a 4B full fine-tune's checkpoint is ~45 GiB (fp32 weights 15 GiB, Adam 30 GiB): about
@@ -29,27 +29,24 @@ BASE_S = 600.0
 CHECKPOINT_S = 1800.0
 
 
-def rollout_rounds(cfg: Any) -> int:
+def rollout_rounds(cfg: GRPOConfig) -> int:
     """Rollout rounds a GRPO step can run: 1, or 1 + refill rounds under refill sampling."""
-    sampling = getattr(cfg, "sampling", None)
-    if sampling is not None and sampling.mode == "refill":
-        return 1 + int(sampling.max_refill_rounds)
+    if cfg.sampling.mode == "refill":
+        return 1 + int(cfg.sampling.max_refill_rounds)
     return 1
 
 
-def collective_timeout_s(cfg: Any) -> float:
+def collective_timeout_s(cfg: GRPOConfig | SFTConfig) -> float:
     """Seconds a collective may wait before the process group aborts it (see module doc).
 
     ``cfg`` is a GRPO or SFT config; a recipe without rollouts (SFT) gets the base
     plus the checkpoint allowance.
     """
     total = BASE_S + CHECKPOINT_S
-    rollout = getattr(cfg, "rollout", None)
-    if rollout is None:
+    if not isinstance(cfg, GRPOConfig):
         return total
-    wall = float(rollout.episode_wall_time_s)
+    wall = float(cfg.rollout.episode_wall_time_s)
     total += wall * rollout_rounds(cfg)
-    held_out = getattr(cfg, "eval", None)
-    if held_out is not None and held_out.every_steps > 0:
+    if cfg.eval.every_steps > 0:
         total += wall  # one batch of held-out episodes after some steps
     return total

@@ -12,64 +12,107 @@ the values equal the full rows' up to float rounding.
 
 from __future__ import annotations
 
+import warnings
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
 
+import torch
+from torch import nn
+from torch.optim import Optimizer
+from torch.optim.lr_scheduler import LRScheduler
+
+from spreadrl.rollout.config import RolloutConfig
 from spreadrl.train.batching import MIN_SHARED_PREFIX, Sample, collate, pack_by_tokens
+from spreadrl.train.config import GRPOOptimConfig, LossConfig
+from spreadrl.train.distributed import all_reduce
 from spreadrl.train.logprobs import prefix_sharing, sequence_logprobs
+from spreadrl.train.losses import kl_penalty, masked_mean, policy_loss, tis_weights
 
 
 @dataclass(frozen=True)
-class UpdateSettings:
-    clip_low: float = 0.2
-    clip_high: float = 0.2
-    dual_clip_c: float | None = None
-    aggregation: str = "token-mean"
-    kl_coef: float = 0.0
-    kl_estimator: str = "k3"
-    kl_clamp: float = 10.0
-    tis: bool = False
-    tis_cap: float = 2.0
-    entropy_coef: float = 0.0
+class Scoring:
+    """How a training pass scores tokens: the values derived from other sections, once.
+
+    Log-probs are those of the rollout's sampling distribution (temperature, top-k,
+    top-p; greedy rollouts, temperature 0, are scored under the plain softmax), in
+    the run's compute dtype, with a group's shared prompt run once per micro-batch
+    when ``optim.shared_prefix`` is on. The defaults are the plain distribution in
+    float32 without prefix sharing, for callers that score outside a recipe.
+    """
+
     temperature: float = 1.0
-    top_k: int = 0  # the rollout's top-k/top-p: log-probs are those of the sampling distribution
+    top_k: int = 0
     top_p: float = 1.0
-    micro_batch_tokens: int = 16384
-    mini_batch_size: int = 0  # sequences per optimizer step; 0 = all in one step
-    shared_prefix_min: int = MIN_SHARED_PREFIX  # a group's prompt run once; 0 = off
-    ppo_epochs: int = 1
-    grad_clip: float = 1.0
     compute_dtype: str = "float32"  # bfloat16: bf16 forward/backward over fp32 master weights
+    shared_prefix_min: int = 0  # a group's prompt run once when at least this long; 0 = off
+
+    @classmethod
+    def for_run(cls, rollout: RolloutConfig, optim: GRPOOptimConfig, compute_dtype: str) -> Scoring:
+        """The recipe's scoring: ``compute_dtype`` from :func:`spreadrl.train.precision.compute_dtype`."""
+        sampled = rollout.temperature > 0
+        return cls(
+            temperature=rollout.temperature if sampled else 1.0,
+            top_k=rollout.top_k if sampled else 0,
+            top_p=rollout.top_p if sampled else 1.0,
+            compute_dtype=compute_dtype,
+            shared_prefix_min=MIN_SHARED_PREFIX if optim.shared_prefix else 0,
+        )
+
+
+def minibatches(batch: int, optim: GRPOOptimConfig) -> int:
+    """Optimizer steps one epoch over ``batch`` sequences takes (``optim.mini_batch_size``)."""
+    size = optim.mini_batch_size or batch
+    return max(1, -(-batch // size))
+
+
+def updates_per_step(rollout: RolloutConfig, optim: GRPOOptimConfig) -> int:
+    """Optimizer steps of a full GRPO step: epochs x mini-batches (the LR schedule's unit).
+
+    With one, the policy that sampled is the one being updated, so the update takes
+    its old log-probs from its own forward; with more, they are computed first."""
+    return optim.ppo_epochs * minibatches(rollout.prompts_per_step * rollout.group_size, optim)
+
+
+def catch_up_schedule(scheduler: LRScheduler, planned: int) -> None:
+    """Move the LR schedule to ``planned`` optimizer steps when fewer were taken.
+
+    The schedule is laid out for ``steps x epochs x mini-batches`` updates, but a
+    step can take fewer: dynamic sampling (``sampling.mode=drop``) trains fewer
+    samples, so fewer mini-batches, or none when every group was dropped. Without
+    this the decay would lag and never reach its end; with it, LR follows the
+    run's step count whatever was dropped (the same on every rank).
+    """
+    with warnings.catch_warnings():  # "lr_scheduler.step() before optimizer.step()"
+        warnings.simplefilter("ignore", UserWarning)
+        while scheduler.last_epoch < planned:
+            scheduler.step()
 
 
 def compute_logprobs(
-    model: Any,
+    model: nn.Module,
     samples: Sequence[Sample],
+    optim: GRPOOptimConfig,
+    scoring: Scoring,
     *,
     pad_id: int,
-    micro_batch_tokens: int,
-    temperature: float,
-    top_k: int = 0,
-    top_p: float = 1.0,
-    shared_prefix_min: int = 0,
-    compute_dtype: str = "float32",
 ) -> list[list[float]]:
     """Per-target log-probs of each sample under ``model``, without keeping activations.
 
-    Only trained positions (mask 1) are computed; the others are 0.
-    ``shared_prefix_min``: run each group's shared prompt once per micro-batch.
-    ``compute_dtype``: the forward's dtype (:mod:`spreadrl.train.precision`).
+    Only trained positions (mask 1) are computed; the others are 0. Micro-batches
+    hold ``optim.micro_batch_tokens`` tokens.
     """
-    import torch
-
-    prefix_min = prefix_sharing(model, shared_prefix_min)
+    prefix_min = prefix_sharing(model, scoring.shared_prefix_min)
     out: list[list[float]] = [[] for _ in samples]
     with torch.no_grad():
-        for idx in pack_by_tokens(samples, micro_batch_tokens, shared_prefix_min=prefix_min):
+        for idx in pack_by_tokens(samples, optim.micro_batch_tokens, shared_prefix_min=prefix_min):
             batch = collate([samples[i] for i in idx], pad_id, shared_prefix_min=prefix_min)
             logp, _ = sequence_logprobs(
-                model, batch, temperature, top_k=top_k, top_p=top_p, compute_dtype=compute_dtype
+                model,
+                batch,
+                scoring.temperature,
+                top_k=scoring.top_k,
+                top_p=scoring.top_p,
+                compute_dtype=scoring.compute_dtype,
             )
             logp = logp.float().cpu()
             offsets = batch["offsets"].tolist() if "offsets" in batch else [0] * len(idx)
@@ -84,13 +127,15 @@ def _trained(sample: Sample) -> int:
 
 
 def policy_update(
-    model: Any,
-    optimizer: Any,
+    model: nn.Module,
+    optimizer: Optimizer,
     samples: Sequence[Sample],
-    settings: UpdateSettings,
+    loss_cfg: LossConfig,
+    optim: GRPOOptimConfig,
+    scoring: Scoring,
     *,
     pad_id: int,
-    scheduler: Any = None,
+    scheduler: LRScheduler | None = None,
     seed: int = 0,
     world_size: int = 1,
 ) -> dict[str, float]:
@@ -106,23 +151,18 @@ def policy_update(
     each rank takes ``mini_batch_size // world_size`` of its own samples per
     mini-batch, and a rank that runs out pads with filler mini-batches.
     """
-    import torch
-
-    from spreadrl.train.distributed import all_reduce
-    from spreadrl.train.losses import kl_penalty, masked_mean, policy_loss, tis_weights
-
     params = [p for p in model.parameters() if p.requires_grad]
     metrics: dict[str, list[float]] = {}
     generator = torch.Generator().manual_seed(seed)
-    if settings.mini_batch_size:
-        size = max(1, settings.mini_batch_size // world_size)
+    if optim.mini_batch_size:
+        size = max(1, optim.mini_batch_size // world_size)
     else:  # one mini-batch: as large as the largest rank's share (ranks may hold unequal ones)
         size = max(1, int(all_reduce(len(samples), op="max")))
-    token_mean = settings.aggregation == "token-mean"
+    token_mean = loss_cfg.aggregation == "token-mean"
     filler = Sample(ids=[pad_id, pad_id], mask=[0, 0])
     model.train()
-    prefix_min = prefix_sharing(model, settings.shared_prefix_min)
-    for _ in range(settings.ppo_epochs):
+    prefix_min = prefix_sharing(model, scoring.shared_prefix_min)
+    for _ in range(optim.ppo_epochs):
         order = torch.randperm(len(samples), generator=generator).tolist()
         n_mini = int(all_reduce(-(-len(order) // size), op="max"))
         for m in range(n_mini):
@@ -130,7 +170,7 @@ def policy_update(
             local = sum(_trained(s) for s in mini) if token_mean else len(mini)
             total = all_reduce(local)
             micro = (
-                pack_by_tokens(mini, settings.micro_batch_tokens, shared_prefix_min=prefix_min)
+                pack_by_tokens(mini, optim.micro_batch_tokens, shared_prefix_min=prefix_min)
                 if mini
                 else []
             )
@@ -145,45 +185,45 @@ def policy_update(
                 logp, entropy = sequence_logprobs(
                     model,
                     batch,
-                    settings.temperature,
-                    top_k=settings.top_k,
-                    top_p=settings.top_p,
-                    entropy=settings.entropy_coef > 0,
-                    compute_dtype=settings.compute_dtype,
+                    scoring.temperature,
+                    top_k=scoring.top_k,
+                    top_p=scoring.top_p,
+                    entropy=loss_cfg.entropy_coef > 0,
+                    compute_dtype=scoring.compute_dtype,
                 )
                 device = logp.device
                 mask = batch["loss_mask"].to(device)
                 old = batch.get("old_logprobs")
                 old = logp.detach() if old is None else old.to(device)
                 weights = None
-                if settings.tis and "rollout_logprobs" in batch:
+                if loss_cfg.tis and "rollout_logprobs" in batch:
                     weights = tis_weights(
-                        old, batch["rollout_logprobs"].to(device), cap=settings.tis_cap
+                        old, batch["rollout_logprobs"].to(device), cap=loss_cfg.tis_cap
                     )
                 loss, info = policy_loss(
                     logp,
                     old,
                     batch["advantages"].to(device),
                     mask,
-                    clip_low=settings.clip_low,
-                    clip_high=settings.clip_high,
-                    dual_clip_c=settings.dual_clip_c,
-                    aggregation=settings.aggregation,
+                    clip_low=loss_cfg.clip_low,
+                    clip_high=loss_cfg.clip_high,
+                    dual_clip_c=loss_cfg.dual_clip_c,
+                    aggregation=loss_cfg.aggregation,
                     tis_weights=weights,
                 )
-                if settings.kl_coef > 0 and "ref_logprobs" in batch:
+                if loss_cfg.kl_coef > 0 and "ref_logprobs" in batch:
                     kl = kl_penalty(
                         logp,
                         batch["ref_logprobs"].to(device),
-                        kind=settings.kl_estimator,
-                        clamp=settings.kl_clamp,
+                        kind=loss_cfg.kl_estimator,
+                        clamp=loss_cfg.kl_clamp,
                     )
                     kl_mean = masked_mean(kl, mask)
-                    loss = loss + settings.kl_coef * kl_mean
+                    loss = loss + loss_cfg.kl_coef * kl_mean
                     info = {**info, "kl": float(kl_mean.detach())}
                 if entropy is not None:  # only computed (with grad) when the bonus is on
                     ent = masked_mean(entropy, mask)
-                    loss = loss - settings.entropy_coef * ent
+                    loss = loss - loss_cfg.entropy_coef * ent
                     info = {**info, "entropy": float(ent.detach())}
                 share = (
                     (sum(_trained(s) for s in chunk) if token_mean else len(chunk)) if real else 0
@@ -192,7 +232,7 @@ def policy_update(
                 if real:
                     for key, value in {**info, "loss": float(loss.detach())}.items():
                         metrics.setdefault(key, []).append(float(value))
-            grad_norm = torch.nn.utils.clip_grad_norm_(params, settings.grad_clip)
+            grad_norm = torch.nn.utils.clip_grad_norm_(params, optim.grad_clip)
             full = getattr(grad_norm, "full_tensor", None)
             metrics.setdefault("grad_norm", []).append(float(full() if full else grad_norm))
             optimizer.step()

@@ -116,8 +116,9 @@ SGD_OVERRIDES = ("optim.lr=0.2", "optim.grad_clip=1e6")
 def sgd_optimizer(model: Any, optim_cfg: Any) -> torch.optim.Optimizer:
     """Plain SGD at the recipe's ``optim.lr``: stands in for AdamW in the equivalence runs.
 
-    Same signature as ``spreadrl.train.setup.build_optimizer``, which the runs'
-    ``grpo`` imports at call time (see ``tests/train/sgd_spreadrl.py``).
+    Same signature as ``spreadrl.train.setup.build_optimizer``; runs patch the name
+    the recipe calls, ``spreadrl.train.grpo.build_optimizer`` (in process with
+    monkeypatch, launched ranks through ``tests/train/sgd_spreadrl.py``).
     """
     params = [p for p in model.parameters() if p.requires_grad]
     return torch.optim.SGD(params, lr=optim_cfg.lr)

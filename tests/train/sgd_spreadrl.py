@@ -8,11 +8,12 @@ real command line.
 
 from __future__ import annotations
 
-import spreadrl.train.setup as setup
+import spreadrl.train.grpo as grpo
 from spreadrl.cli.main import main
 from tests.train.equivalence import sgd_optimizer
 
-setup.build_optimizer = sgd_optimizer
+# the name the GRPO recipe calls (it imports build_optimizer from setup at module level)
+grpo.build_optimizer = sgd_optimizer
 
 if __name__ == "__main__":
     main()

@@ -102,20 +102,20 @@ class Hold:
 
         real_collect, real_update = grpo.collect_rollouts, grpo.policy_update
 
-        def collect(policy, pool, tokenizer, tasks, sampler, cfg, seed, *args):
-            hold.collecting = seed - cfg.seed  # the step (collect_rollouts' seed is seed + step)
-            return real_collect(policy, pool, tokenizer, tasks, sampler, cfg, seed, *args)
+        def collect(*args, seed, **kwargs):
+            hold.collecting = seed  # the step (collect_rollouts' seed is cfg.seed + step; 0 here)
+            return real_collect(*args, seed=seed, **kwargs)
 
-        def held_update(model, optimizer, samples, settings, **kwargs):
+        def held_update(model, optimizer, samples, loss, *sections, **kwargs):
             self.updates += 1
-            self.settings.append(settings)
+            self.settings.append(loss)
             self.samples.append(list(samples))
             if self.updates < self.steps:
                 with self.cond:
                     following = lambda: self.acts.get(self.updates + 1, 0) > 0  # noqa: E731
                     assert self.cond.wait_for(following, WAIT_S), "the producer never ran ahead"
             self.on_update(self.updates)
-            return real_update(model, optimizer, samples, settings, **kwargs)
+            return real_update(model, optimizer, samples, loss, *sections, **kwargs)
 
         monkeypatch.setattr(async_steps, "HFPolicy", CountingHF)
         monkeypatch.setattr(grpo, "collect_rollouts", collect)

@@ -8,10 +8,11 @@ import torch
 import torch.multiprocessing as mp
 
 from spreadrl.train.batching import Sample
-from spreadrl.train.update import UpdateSettings, policy_update
+from spreadrl.train.update import policy_update
 from tests.train.equivalence import assert_same_update
+from tests.train.update_args import update_args
 
-SETTINGS = UpdateSettings(
+SETTINGS = dict(
     clip_low=0.2, clip_high=0.28, micro_batch_tokens=40, grad_clip=1e9, shared_prefix_min=4
 )
 
@@ -62,8 +63,8 @@ def _worker(rank, world, port, model_dir, out_path, aggregation, kind="random"):
     model = shard_model(_model(model_dir), info)
     opt = torch.optim.SGD(model.parameters(), lr=0.5)
     mine = SAMPLES[kind]()[rank::world]
-    settings = UpdateSettings(**{**SETTINGS.__dict__, "aggregation": aggregation})
-    policy_update(model, opt, mine, settings, pad_id=0, world_size=world)
+    settings = update_args(**{**SETTINGS, "aggregation": aggregation})
+    policy_update(model, opt, mine, *settings, pad_id=0, world_size=world)
     state = full_state_dict(model)
     if rank == 0:
         torch.save(state, out_path)
@@ -117,8 +118,8 @@ def test_two_rank_fsdp_step_equals_single_process_step(tiny_model_dir, tmp_path,
     model = _model(tiny_model_dir)
     before = {k: v.clone() for k, v in model.state_dict().items()}
     opt = torch.optim.SGD(model.parameters(), lr=0.5)
-    settings = UpdateSettings(**{**SETTINGS.__dict__, "aggregation": aggregation})
-    policy_update(model, opt, SAMPLES[kind](), settings, pad_id=0)
+    settings = update_args(**{**SETTINGS, "aggregation": aggregation})
+    policy_update(model, opt, SAMPLES[kind](), *settings, pad_id=0)
     single = model.state_dict()
 
     out = tmp_path / "dist.pt"
@@ -137,7 +138,9 @@ def _save_worker(rank, world, port, model_dir, root, full_path):
     info = init_distributed("cpu")
     model = shard_model(_model(model_dir), info)
     opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
-    policy_update(model, opt, _samples()[rank::world], SETTINGS, pad_id=0, world_size=world)
+    policy_update(
+        model, opt, _samples()[rank::world], *update_args(**SETTINGS), pad_id=0, world_size=world
+    )
     full = get_optimizer_state_dict(
         model, opt, options=StateDictOptions(full_state_dict=True, cpu_offload=True)
     )

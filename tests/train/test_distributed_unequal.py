@@ -16,7 +16,7 @@ import torch
 import torch.multiprocessing as mp
 
 from spreadrl.train.batching import Sample
-from spreadrl.train.update import UpdateSettings, policy_update
+from spreadrl.train.update import policy_update
 from tests.train.equivalence import assert_same_update
 from tests.train.test_distributed import (
     _free_port,
@@ -25,9 +25,10 @@ from tests.train.test_distributed import (
     join_group,
     leave_process_group,
 )
+from tests.train.update_args import update_args
 
 TIMEOUT_S = 240
-SETTINGS = UpdateSettings(clip_low=0.2, clip_high=0.28, micro_batch_tokens=40, grad_clip=1e9)
+SETTINGS = dict(clip_low=0.2, clip_high=0.28, micro_batch_tokens=40, grad_clip=1e9)
 # rank 0 holds five samples (several micro-batches), rank 1 one or none
 SPLITS = {"five-one": ([0, 1, 2, 3, 4], [5]), "six-none": ([0, 1, 2, 3, 4, 5], [])}
 
@@ -53,7 +54,7 @@ def _update_worker(rank, world, port, model_dir, out_path, split, settings_kw, k
     opt = torch.optim.SGD(model.parameters(), lr=0.5)
     samples = _samples()
     mine = [samples[i] for i in SPLITS[split][rank]]
-    settings = UpdateSettings(**{**SETTINGS.__dict__, **settings_kw})
+    settings = update_args(**{**SETTINGS, **settings_kw})
     if kind == "sft":
         from spreadrl.train.sft import sft_loss_step
 
@@ -61,7 +62,7 @@ def _update_worker(rank, world, port, model_dir, out_path, split, settings_kw, k
         sft_loss_step(model, mine, pad_id=0, micro_batch_tokens=40, world_size=world)
         opt.step()
     else:
-        policy_update(model, opt, mine, settings, pad_id=0, world_size=world, seed=3)
+        policy_update(model, opt, mine, *settings, pad_id=0, world_size=world, seed=3)
     state = full_state_dict(model)
     if rank == 0:
         torch.save(state, out_path)
@@ -87,10 +88,10 @@ def test_unequal_ranks_one_mini_batch_equal_single_process(
     model = _model(tiny_model_dir)
     before = {k: v.clone() for k, v in model.state_dict().items()}
     opt = torch.optim.SGD(model.parameters(), lr=0.5)
-    settings = UpdateSettings(**{**SETTINGS.__dict__, "aggregation": aggregation})
+    settings = update_args(**{**SETTINGS, "aggregation": aggregation})
     samples = _samples()
     union = [samples[i] for i in SPLITS[split][0] + SPLITS[split][1]]
-    policy_update(model, opt, union, settings, pad_id=0)
+    policy_update(model, opt, union, *settings, pad_id=0)
     got = _run_two(tmp_path, tiny_model_dir, split, {"aggregation": aggregation})
     assert_same_update(got, model.state_dict(), before)
 
@@ -112,7 +113,7 @@ def test_unequal_mini_batch_counts_equal_steps_on_each_union(tiny_model_dir, tmp
     opt = torch.optim.SGD(model.parameters(), lr=0.5)
     for m in range(3):
         union = chunks[0][m] + chunks[1][m]
-        policy_update(model, opt, union, SETTINGS, pad_id=0)
+        policy_update(model, opt, union, *update_args(**SETTINGS), pad_id=0)
     got = _run_two(tmp_path, tiny_model_dir, split, {"mini_batch_size": 4})
     assert_same_update(got, model.state_dict(), before)
 

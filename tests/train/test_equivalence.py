@@ -15,9 +15,10 @@ import pytest
 import torch
 
 import spreadrl.train.update as update
-from spreadrl.train.update import UpdateSettings, policy_update
+from spreadrl.train.update import policy_update
 from tests.train.equivalence import assert_same_update, update_gaps
 from tests.train.test_distributed import SETTINGS, _grouped_samples, _model
+from tests.train.update_args import update_args
 
 
 def _step(model_dir, *, dtype=torch.float32, settings=SETTINGS, world_size=1, noise=False):
@@ -37,7 +38,9 @@ def _step(model_dir, *, dtype=torch.float32, settings=SETTINGS, world_size=1, no
             return plain_step(*args, **kwargs)
 
         opt.step = noisy_step
-    policy_update(model, opt, _grouped_samples(), settings, pad_id=0, world_size=world_size)
+    policy_update(
+        model, opt, _grouped_samples(), *update_args(**settings), pad_id=0, world_size=world_size
+    )
     return before, {k: v.float() for k, v in model.state_dict().items()}
 
 
@@ -57,7 +60,7 @@ def test_rounding_level_paths_pass(tiny_model_dir, reference):
     _, noisy = _step(tiny_model_dir, noise=True)
     assert any(not torch.equal(noisy[k], want[k]) for k in want)  # the noise reached the step
     assert_same_update(noisy, want, before)
-    packed = UpdateSettings(**{**SETTINGS.__dict__, "micro_batch_tokens": 10_000})
+    packed = {**SETTINGS, "micro_batch_tokens": 10_000}
     _, repacked = _step(tiny_model_dir, settings=packed)
     assert_same_update(repacked, want, before)
     # the paths did differ (no comparison of identical numbers), by rounding only:

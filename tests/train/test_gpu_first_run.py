@@ -15,8 +15,7 @@ import pytest
 from spreadrl.config import load_config
 from spreadrl.errors import ConfigError
 from spreadrl.train.config import GRPOConfig, SFTConfig
-from spreadrl.train.distributed import DistInfo
-from spreadrl.train.grpo import check_world_size
+from spreadrl.train.distributed import DistInfo, check_world_size
 from spreadrl.train.timeouts import BASE_S, CHECKPOINT_S, collective_timeout_s
 
 CONFIGS = Path(__file__).resolve().parents[2] / "configs"
@@ -88,7 +87,7 @@ def test_the_process_group_gets_the_recipes_timeout(tmp_path):
 def test_prompts_that_do_not_divide_over_the_ranks_are_refused_with_the_numbers(prompts, world):
     cfg = load_config(GRPOConfig, None, [f"rollout.prompts_per_step={prompts}"])
     with pytest.raises(ConfigError) as err:
-        check_world_size(cfg, DistInfo(world_size=world))
+        check_world_size(cfg.rollout, DistInfo(world_size=world))
     message = str(err.value)
     assert f"rollout.prompts_per_step={prompts}" in message and f"{world} ranks" in message
     assert "\n" not in message
@@ -96,8 +95,8 @@ def test_prompts_that_do_not_divide_over_the_ranks_are_refused_with_the_numbers(
 
 def test_prompts_that_divide_are_accepted():
     cfg = load_config(GRPOConfig, None, ["rollout.prompts_per_step=8"])
-    check_world_size(cfg, DistInfo(world_size=4))
-    check_world_size(cfg, DistInfo())
+    check_world_size(cfg.rollout, DistInfo(world_size=4))
+    check_world_size(cfg.rollout, DistInfo())
 
 
 def test_logprob_chunks_grow_with_free_cuda_memory_and_stay_small_on_cpu(monkeypatch):

@@ -31,6 +31,7 @@ from spreadrl.train.config import GRPOConfig
 from spreadrl.train.grpo import train_grpo
 from spreadrl.train.update import compute_logprobs
 from tests.rollout.fakes import FakePool, make_task
+from tests.train.update_args import logprob_args
 
 QUIET = Console(quiet=True)
 
@@ -93,9 +94,9 @@ class _Spy:
         self.steps: list[dict] = []
         real = grpo_module.policy_update
 
-        def spy(model, optimizer, samples, settings, **kwargs):
+        def spy(model, optimizer, samples, *sections, **kwargs):
             before = {n: p.detach().clone() for n, p in model.named_parameters()}
-            out = real(model, optimizer, samples, settings, **kwargs)
+            out = real(model, optimizer, samples, *sections, **kwargs)
             self.steps.append({"samples": list(samples), "before": before, "model": model})
             return out
 
@@ -105,7 +106,7 @@ class _Spy:
 def _logprobs_of(model_dir, samples):
     model, tok = load_model_and_tokenizer(str(model_dir))
     return compute_logprobs(
-        model, samples, pad_id=tok.pad_token_id, micro_batch_tokens=4096, temperature=1.0
+        model, samples, *logprob_args(micro_batch_tokens=4096), pad_id=tok.pad_token_id
     )
 
 
@@ -154,10 +155,10 @@ def _shift_rollout_logprobs(monkeypatch, shift):
     every token, as a vLLM engine drifting from the trainer would."""
     real = grpo_module.policy_update
 
-    def shifted(model, optimizer, samples, settings, **kwargs):
+    def shifted(model, optimizer, samples, *sections, **kwargs):
         for s in samples:
             s.rollout_logprobs = [v - shift for v in s.rollout_logprobs]
-        return real(model, optimizer, samples, settings, **kwargs)
+        return real(model, optimizer, samples, *sections, **kwargs)
 
     monkeypatch.setattr(grpo_module, "policy_update", shifted)
 
@@ -235,17 +236,17 @@ def test_lr_schedule_keeps_to_the_step_count_when_groups_are_dropped(
 
 @pytest.mark.slow
 def test_second_ppo_pass_over_two_minibatches_clips(tiny_model_dir, tmp_path, monkeypatch):
-    from spreadrl.train import losses
+    from spreadrl.train import update  # the update calls policy_loss by this name
 
     calls = []
-    real = losses.policy_loss
+    real = update.policy_loss
 
     def recording(*args, **kwargs):
         loss, info = real(*args, **kwargs)
         calls.append(info)
         return loss, info
 
-    monkeypatch.setattr(losses, "policy_loss", recording)
+    monkeypatch.setattr(update, "policy_loss", recording)
     spy = _Spy(monkeypatch)
     extra = ["optim.ppo_epochs=2", "optim.mini_batch_size=4"]
     train_grpo(

@@ -3,7 +3,7 @@ import json
 import torch
 
 from spreadrl.rollout.types import Trajectory
-from spreadrl.train.grpo import to_samples
+from spreadrl.train.rollouts import to_samples
 from spreadrl.train.sampler import EpochShuffle, torch_permutation
 
 
@@ -93,10 +93,19 @@ def test_the_hf_rollout_policy_samples_the_module_being_trained(tiny_model):
     from spreadrl.config import load_config
     from spreadrl.train.config import GRPOConfig
     from spreadrl.train.distributed import DistInfo
-    from spreadrl.train.grpo import build_rollout_policy
+    from spreadrl.train.rollout_backend import build_rollout_policy
 
     model, tok = tiny_model
     cfg = load_config(GRPOConfig, None, ["rollout.group_size=3", "rollout.prompts_per_step=5"])
-    policy, colocated = build_rollout_policy(cfg, model, tok, DistInfo(), Console(quiet=True))
+    policy, colocated = build_rollout_policy(
+        cfg.rollout,
+        cfg.model,
+        model,
+        tok,
+        DistInfo(),
+        Console(quiet=True),
+        max_prompt_tokens=0,
+        seed=0,
+    )
     assert policy.model is model and colocated is None
     assert policy.max_batch_size == 15  # group_size * prompts_per_step

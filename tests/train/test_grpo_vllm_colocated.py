@@ -148,16 +148,24 @@ def test_vllm_backend_under_torchrun_builds_one_engine_per_rank(monkeypatch, tin
     from spreadrl.config import load_config
     from spreadrl.train.config import GRPOConfig
     from spreadrl.train.distributed import DistInfo
-    from spreadrl.train.grpo import build_rollout_policy, check_rollout_backend
+    from spreadrl.train.rollout_backend import build_rollout_policy, check_rollout_backend
 
     fake_vllm.install(monkeypatch)
     monkeypatch.setattr(vllm_policy, "require_vllm_gpu", vllm_policy.import_vllm)
     cfg = load_config(GRPOConfig, None, VLLM)
     rank1 = DistInfo(rank=1, world_size=2, local_rank=1, device="cuda:1", launched=True)
-    check_rollout_backend(cfg, rank1)
-    check_rollout_backend(cfg, DistInfo())
+    check_rollout_backend(cfg.rollout, cfg.data.max_prompt_tokens)
     model, tokenizer = tiny_model
-    engine, colocated = build_rollout_policy(cfg, model, tokenizer, rank1, Console(quiet=True))
+    engine, colocated = build_rollout_policy(
+        cfg.rollout,
+        cfg.model,
+        model,
+        tokenizer,
+        rank1,
+        Console(quiet=True),
+        max_prompt_tokens=cfg.data.max_prompt_tokens,
+        seed=cfg.seed,
+    )
     assert colocated is not None and engine.local_rank == 1
     assert engine.llm.kwargs["device_ids"] == [1]
     assert engine.llm.kwargs["seed"] == cfg.seed + 1

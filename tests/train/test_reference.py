@@ -10,15 +10,16 @@ import torch
 from spreadrl.config import load_config
 from spreadrl.train.batching import Sample
 from spreadrl.train.config import GRPOConfig
-from spreadrl.train.grpo import reference_logprobs, update_settings
 from spreadrl.train.reference import build_reference
-from spreadrl.train.update import compute_logprobs
+from spreadrl.train.update import Scoring, compute_logprobs
 
 
-def _logprobs(model, samples, us):
-    return compute_logprobs(
-        model, samples, pad_id=0, micro_batch_tokens=us.micro_batch_tokens, temperature=1.0
-    )
+def _logprobs(model, samples, cfg):
+    return compute_logprobs(model, samples, cfg.optim, Scoring(), pad_id=0)
+
+
+def _scoring(cfg):
+    return Scoring.for_run(cfg.rollout, cfg.optim, "float32")
 
 
 def _flat(rows):
@@ -31,24 +32,25 @@ def _samples():
 
 def test_no_reference_without_kl():
     cfg = load_config(GRPOConfig, None, [])
-    assert build_reference(torch.nn.Linear(2, 2), cfg) is None
+    assert build_reference(torch.nn.Linear(2, 2), cfg.loss) is None
 
 
 def test_a_frozen_copy_keeps_the_starting_weights(tiny_model):
     model, _ = tiny_model
     model = copy.deepcopy(model)
     cfg = load_config(GRPOConfig, None, ["loss.kl_coef=0.01"])
-    us = update_settings(cfg)
-    ref = build_reference(model, cfg)
+    ref = build_reference(model, cfg.loss)
     assert ref is not None and ref.separate and ref.model is not model
     assert not any(p.requires_grad for p in ref.model.parameters())
-    before = _flat(reference_logprobs(ref, _samples(), 0, us))
-    assert before == pytest.approx(_flat(_logprobs(model, _samples(), us)))
+    before = _flat(ref.logprobs(_samples(), cfg.optim, _scoring(cfg), pad_id=0))
+    assert before == pytest.approx(_flat(_logprobs(model, _samples(), cfg)))
     with torch.no_grad():
         for p in model.parameters():
             p.add_(0.05)
-    assert _flat(reference_logprobs(ref, _samples(), 0, us)) == pytest.approx(before)
-    assert _flat(_logprobs(model, _samples(), us)) != pytest.approx(before)
+    assert _flat(ref.logprobs(_samples(), cfg.optim, _scoring(cfg), pad_id=0)) == pytest.approx(
+        before
+    )
+    assert _flat(_logprobs(model, _samples(), cfg)) != pytest.approx(before)
 
 
 def test_with_lora_the_reference_is_the_base_with_the_adapter_off(tiny_model):
@@ -59,15 +61,16 @@ def test_with_lora_the_reference_is_the_base_with_the_adapter_off(tiny_model):
     base, _ = tiny_model
     base = copy.deepcopy(base)
     cfg = load_config(GRPOConfig, None, ["loss.kl_coef=0.01"])
-    us = update_settings(cfg)
-    expected = _flat(_logprobs(base, _samples(), us))
+    expected = _flat(_logprobs(base, _samples(), cfg))
     with peft_wrapping():
         model = get_peft_model(base, LoraConfig(r=4, target_modules=["q_proj", "v_proj"]))
     with torch.no_grad():
         for name, p in model.named_parameters():
             if "lora_B" in name:
                 p.add_(0.5)  # the adapter now changes the output
-    ref = build_reference(model, cfg)
+    ref = build_reference(model, cfg.loss)
     assert ref is not None and not ref.separate and ref.model is model
-    assert _flat(_logprobs(model, _samples(), us)) != pytest.approx(expected)
-    assert _flat(reference_logprobs(ref, _samples(), 0, us)) == pytest.approx(expected)
+    assert _flat(_logprobs(model, _samples(), cfg)) != pytest.approx(expected)
+    assert _flat(ref.logprobs(_samples(), cfg.optim, _scoring(cfg), pad_id=0)) == pytest.approx(
+        expected
+    )

@@ -17,8 +17,9 @@ import torch
 from spreadrl.train.batching import Sample, collate
 from spreadrl.train.logprobs import sequence_logprobs
 from spreadrl.train.losses import kl_penalty, masked_mean
-from spreadrl.train.update import UpdateSettings, compute_logprobs, policy_update
+from spreadrl.train.update import compute_logprobs, policy_update
 from tests.train.test_logprobs import tiny_qwen3
+from tests.train.update_args import logprob_args, update_args
 
 LR = 0.5
 
@@ -30,7 +31,7 @@ def _samples(ref_model=None):
         ids = torch.randint(3, 90, (10 + 2 * i,), generator=g).tolist()
         out.append(Sample(ids=ids, mask=[0] * 4 + [1] * (len(ids) - 4), advantage=0.0))
     if ref_model is not None:
-        ref = compute_logprobs(ref_model, out, pad_id=0, micro_batch_tokens=10_000, temperature=1.0)
+        ref = compute_logprobs(ref_model, out, *logprob_args(micro_batch_tokens=10_000), pad_id=0)
         for sample, lp in zip(out, ref, strict=True):
             sample.ref_logprobs = lp
     return out
@@ -39,7 +40,7 @@ def _samples(ref_model=None):
 def _step(model, samples, **settings):
     opt = torch.optim.SGD(model.parameters(), lr=LR)
     kw = dict(micro_batch_tokens=10_000, grad_clip=1e9, **settings)
-    return policy_update(model, opt, samples, UpdateSettings(**kw), pad_id=0)
+    return policy_update(model, opt, samples, *update_args(**kw), pad_id=0)
 
 
 def _kl(model, samples):

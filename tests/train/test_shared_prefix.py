@@ -18,8 +18,9 @@ from spreadrl.train.batching import (
     shared_prefix_lengths,
 )
 from spreadrl.train.logprobs import prefix_sharing, sequence_logprobs
-from spreadrl.train.update import UpdateSettings, compute_logprobs, policy_update
+from spreadrl.train.update import compute_logprobs, policy_update
 from tests.train.test_logprobs import tiny_qwen3 as _model
+from tests.train.update_args import logprob_args, update_args
 
 ATOL = 1e-5
 MIN = 4  # the tests' prompts are short; the default (32) is for real tool prompts
@@ -184,9 +185,9 @@ class _Recorder:
 
 
 def _update(model, samples, **kw):
-    settings = UpdateSettings(**{"grad_clip": 1e9, **kw})
+    settings = update_args(**{"grad_clip": 1e9, **kw})
     opt = _Recorder(model)
-    metrics = policy_update(model, opt, samples, settings, pad_id=0)
+    metrics = policy_update(model, opt, samples, *settings, pad_id=0)
     return metrics, opt.steps
 
 
@@ -218,9 +219,9 @@ def test_policy_update_equals_the_plain_path(options):
 def test_old_and_reference_passes_equal_the_plain_path():
     model = _model(seed=3)
     samples = _groups(seed=4)
-    kw = dict(pad_id=0, micro_batch_tokens=60, temperature=0.7, top_k=5, top_p=0.95)
-    plain = compute_logprobs(model, samples, shared_prefix_min=0, **kw)
-    shared = compute_logprobs(model, samples, shared_prefix_min=MIN, **kw)
+    kw = dict(micro_batch_tokens=60, temperature=0.7, top_k=5, top_p=0.95)
+    plain = compute_logprobs(model, samples, *logprob_args(shared_prefix_min=0, **kw), pad_id=0)
+    shared = compute_logprobs(model, samples, *logprob_args(shared_prefix_min=MIN, **kw), pad_id=0)
     for s, a, b in zip(samples, plain, shared, strict=True):
         assert len(a) == len(b) == len(s.ids) - 1
         assert b == pytest.approx(a, abs=ATOL)
@@ -286,7 +287,7 @@ def test_grpo_with_and_without_sharing_trains_the_same(tiny_model_dir, tmp_path,
 
     import spreadrl.train.update as update
     from spreadrl.config import load_config
-    from spreadrl.train import setup
+    from spreadrl.train import grpo
     from spreadrl.train.config import GRPOConfig
     from spreadrl.train.grpo import train_grpo
     from tests.train.equivalence import (
@@ -305,7 +306,7 @@ def test_grpo_with_and_without_sharing_trains_the_same(tiny_model_dir, tmp_path,
         return batch
 
     monkeypatch.setattr(update, "collate", spy)
-    monkeypatch.setattr(setup, "build_optimizer", sgd_optimizer)
+    monkeypatch.setattr(grpo, "build_optimizer", sgd_optimizer)
     runs = {}
     for shared in (True, False):
         out = tmp_path / f"shared-{shared}"

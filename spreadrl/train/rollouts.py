@@ -1,0 +1,157 @@
+"""A GRPO step's rollouts: draw prompts, roll out groups, score them, keep the useful ones.
+
+``collect_rollouts`` runs ``rollout.prompts_per_step`` groups of
+``rollout.group_size`` episodes, shapes each episode's reward (``reward``),
+computes group-relative advantages and, under dynamic sampling (``sampling``),
+marks or refills the groups whose rewards are all equal. ``to_samples`` turns
+the kept groups into training samples, token ids exactly as sampled.
+"""
+
+from __future__ import annotations
+
+from typing import NamedTuple
+
+import torch
+from transformers import PreTrainedTokenizerBase
+
+from spreadrl.data.task import TaskSet
+from spreadrl.rollout.chat import EpisodeChat
+from spreadrl.rollout.config import RolloutConfig
+from spreadrl.rollout.policy import Policy
+from spreadrl.rollout.runner import EnvPoolLike, EpisodeJob, RunValues, run_episodes
+from spreadrl.rollout.types import Trajectory
+from spreadrl.train.advantages import group_advantages, nonconstant_groups
+from spreadrl.train.batching import Sample
+from spreadrl.train.config import DynamicSamplingConfig, GRPOConfig, RewardConfig
+from spreadrl.train.distributed import DistInfo, rank_slice
+from spreadrl.train.rewards import shape_reward
+from spreadrl.train.sampler import EpochShuffle
+
+
+def rollout_run(cfg: GRPOConfig, seed: int) -> RunValues:
+    """What a rollout round runs with beside ``cfg.rollout``: its seed and the prompt budget."""
+    return RunValues(seed=seed, max_prompt_tokens=cfg.data.max_prompt_tokens)
+
+
+class StepRollouts(NamedTuple):
+    """One step's episodes, their advantages [groups, G], the kept groups, the reward terms."""
+
+    trajectories: list[Trajectory]
+    advantages: torch.Tensor
+    keep: torch.Tensor  # bool [groups]
+    parts: list[dict[str, float]]  # each episode's reward by term
+    timings: dict[str, float]
+
+
+def score_groups(
+    trajs: list[Trajectory], group_size: int, reward: RewardConfig, max_response_tokens: int
+) -> tuple[torch.Tensor, list[dict[str, float]]]:
+    """Shaped rewards as a [num_groups, G] tensor, plus each trajectory's breakdown."""
+    values, breakdowns = [], []
+    for t in trajs:
+        value, parts = shape_reward(
+            reward, t.passed, t.tool_calls, len(t.response_ids), max_length=max_response_tokens
+        )
+        t.reward = value
+        values.append(value)
+        breakdowns.append(parts)
+    return torch.tensor(values, dtype=torch.float32).view(-1, group_size), breakdowns
+
+
+def collect_rollouts(
+    policy: Policy,
+    pool: EnvPoolLike,
+    tokenizer: PreTrainedTokenizerBase,
+    tasks: TaskSet,
+    sampler: EpochShuffle[tuple[str, int]],
+    rollout: RolloutConfig,
+    sampling: DynamicSamplingConfig,
+    reward: RewardConfig,
+    *,
+    max_prompt_tokens: int,
+    seed: int,
+    info: DistInfo | None = None,
+) -> StepRollouts:
+    """Roll out prompts_per_step groups; with dynamic sampling "refill", keep sampling
+    until enough groups carry signal (or the refill rounds run out).
+
+    Under data parallelism every rank draws the same prompts and rolls out its
+    own slice, whole groups at a time, so advantages need no communication.
+    Refill rounds stop on a per-rank count, which keeps ranks independent."""
+    G = rollout.group_size
+    chat = EpisodeChat.of(tokenizer)  # the step's episode sets share one chat format
+    info = info or DistInfo()
+    want = rollout.prompts_per_step // info.world_size  # divisible: check_world_size
+    trajs: list[Trajectory] = []
+    rewards_list: list[torch.Tensor] = []
+    parts_all: list[dict[str, float]] = []
+    timings: dict[str, float] = {}
+    rounds = 0
+    while True:
+        count = want if rounds == 0 else want - _useful(rewards_list)
+        prompts = rank_slice(sampler.next(count * info.world_size), info)
+        # a step may draw the same task twice (small sets, epoch boundaries): sample
+        # numbers stay unique so every episode has its own id in the pool. They count
+        # prompts over all ranks (rank_slice is strided), so an episode keeps its id,
+        # and with it its sampling seed, whatever the world size.
+        jobs = [
+            EpisodeJob(tasks.get(tid), case, (i * info.world_size + info.rank) * G + g)
+            for i, (tid, case) in enumerate(prompts)
+            for g in range(G)
+        ]
+        run = RunValues(seed=seed * 1000 + rounds, max_prompt_tokens=max_prompt_tokens)
+        batch = run_episodes(policy, pool, jobs, rollout, chat, run=run)
+        for k, v in batch.timings.items():
+            timings[k] = timings.get(k, 0.0) + v
+        rewards, parts = score_groups(batch.trajectories, G, reward, rollout.max_response_tokens)
+        trajs += batch.trajectories
+        rewards_list.append(rewards)
+        parts_all += parts
+        rounds += 1
+        if (
+            sampling.mode != "refill"
+            or _useful(rewards_list) >= want
+            or rounds > sampling.max_refill_rounds
+        ):
+            break
+    all_rewards = torch.cat(rewards_list)
+    keep = (
+        nonconstant_groups(all_rewards)
+        if sampling.mode in ("drop", "refill")
+        else torch.ones(len(all_rewards), dtype=torch.bool)
+    )
+    advantages = group_advantages(all_rewards)
+    timings["refill_rounds"] = float(rounds - 1)  # extra rollout rounds (a metric, not a time)
+    return StepRollouts(trajs, advantages, keep, parts_all, timings)
+
+
+def _useful(rewards_list: list[torch.Tensor]) -> int:
+    return int(sum(int(nonconstant_groups(r).sum()) for r in rewards_list))
+
+
+def to_samples(
+    trajs: list[Trajectory], advantages: torch.Tensor, keep_groups: torch.Tensor, group_size: int
+) -> list[Sample]:
+    """Training samples of the kept groups, token ids exactly as sampled."""
+    samples = []
+    flat = advantages.view(-1).tolist()
+    for i, t in enumerate(trajs):
+        if (
+            not bool(keep_groups[i // group_size])
+            or not any(t.response_mask)
+            or t.stop_reason == "prompt_too_long"
+        ):
+            continue
+        ids = t.prompt_ids + t.response_ids
+        mask = [0] * len(t.prompt_ids) + t.response_mask
+        rollout_lp = [0.0] * (len(t.prompt_ids) - 1) + t.rollout_logprobs
+        samples.append(
+            Sample(
+                ids=ids,
+                mask=mask,
+                advantage=flat[i],
+                rollout_logprobs=rollout_lp,
+                group=i // group_size,
+            )
+        )
+    return samples

@@ -1,0 +1,91 @@
+"""What a GRPO step reports: its metrics, reduced over ranks, and its console line."""
+
+from __future__ import annotations
+
+import torch
+
+from spreadrl.rollout.types import Trajectory
+from spreadrl.train.distributed import all_reduce
+
+
+def step_metrics(
+    trajs: list[Trajectory], parts: list[dict[str, float]], keep: torch.Tensor
+) -> dict[str, float]:
+    """Means over the step's trajectories, reward terms included, and the groups kept."""
+    n = max(len(trajs), 1)
+    out = {
+        "reward_mean": sum(t.reward for t in trajs) / n,
+        "pass_rate": sum(t.passed for t in trajs) / n,
+        "response_tokens": sum(len(t.response_ids) for t in trajs) / n,
+        "generated_tokens": sum(t.generated_tokens for t in trajs) / n,
+        "tool_calls": sum(t.tool_calls for t in trajs) / n,
+        "parse_errors": sum(t.parse_errors for t in trajs) / n,
+        "prompt_too_long": float(sum(t.stop_reason == "prompt_too_long" for t in trajs)),
+        "groups_kept": float(keep.sum()),
+        "groups": float(len(keep)),
+    }
+    for key in {k for p in parts for k in p}:
+        out[f"reward/{key}"] = sum(p.get(key, 0.0) for p in parts) / n
+    return out
+
+
+# step metrics that are means over the step's trajectories, counts that add up over
+# ranks, and means over the update's micro-batches (present on ranks that trained)
+_PER_TRAJECTORY = (
+    "reward_mean",
+    "pass_rate",
+    "response_tokens",
+    "generated_tokens",
+    "tool_calls",
+    "parse_errors",
+)
+_COUNTS = ("groups", "groups_kept", "trained_sequences", "prompt_too_long", "tokens_per_s")
+_UPDATE = (
+    "loss",
+    "kl",
+    "entropy",
+    "clip_frac_low",
+    "clip_frac_high",
+    "approx_kl",
+    "ratio_mean",
+)
+
+
+def reduce_over_ranks(metrics: dict[str, float], trajectories: int) -> dict[str, float]:
+    """The step's metrics over all ranks, so rank 0 logs the whole step, not its share.
+
+    Trajectory means are weighted by each rank's trajectory count (refill rounds can
+    differ between ranks), counts are summed, the update's figures are averaged over
+    the ranks that trained (a mean of micro-batch means, not the single-process
+    figure), refill rounds and peak memory are the most of any rank; grad_norm is
+    already global under FSDP and timings stay rank 0's. Every rank reduces the same
+    keys in the same order (a key missing on one rank must not hang the others)."""
+    out = dict(metrics)
+    reward_keys = sorted(k for k in metrics if k.startswith("reward/"))
+    total = all_reduce(float(trajectories))
+    for key in (*_PER_TRAJECTORY, *reward_keys):
+        out[key] = all_reduce(metrics.get(key, 0.0) * trajectories) / max(total, 1.0)
+    for key in _COUNTS:
+        out[key] = all_reduce(metrics.get(key, 0.0))
+    for key in _UPDATE:
+        count = all_reduce(float(key in metrics))
+        value = all_reduce(metrics.get(key, 0.0))
+        if count:
+            out[key] = value / count
+    for key in ("refill_rounds", "rollout_peak_gb", "train_peak_gb"):  # set on every rank
+        if key in metrics:
+            out[key] = all_reduce(metrics[key], op="max")
+    return out
+
+
+def step_line(step: int, total: int, m: dict[str, float]) -> str:
+    """The step's console line."""
+    return (
+        f"step {step:>4}/{total}  reward {m['reward_mean']:+.3f}  pass {100 * m['pass_rate']:5.1f}%  "
+        f"len {m['response_tokens']:6.1f}  calls {m['tool_calls']:.2f}  "
+        f"clip {m.get('clip_frac_low', 0) + m.get('clip_frac_high', 0):.3f}  kl {m.get('kl', 0):.4f}  "
+        f"ent {m.get('entropy', 0):.3f}  gnorm {m.get('grad_norm', 0):.3f}  "
+        f"groups {int(m['groups_kept'])}/{int(m['groups'])}  "
+        f"t gen {m.get('generate_s', 0):.1f}s tools {m.get('tools_s', 0):.1f}s "
+        f"upd {m.get('update_s', 0):.1f}s"
+    )
