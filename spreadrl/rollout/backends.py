@@ -23,7 +23,7 @@ def load_policy(
 
     For eval, serve and ``data sft-build``: a fixed checkpoint loaded from ``model``.
     GRPO builds its rollout policy around the model it trains instead
-    (``spreadrl.train.grpo.build_rollout_policy``, whose docstring says why the two
+    (``spreadrl.train.rollout_backend.build_rollout_policy``, whose docstring says why the two
     stay apart).
 
     ``max_model_len`` (vLLM only) bounds the engine's context, hence its KV cache:

@@ -12,7 +12,7 @@
 through :func:`is_token_level` and nothing else. Policies are built by
 :func:`spreadrl.rollout.backends.load_policy` (by backend name, from a checkpoint)
 or, in training, around the trainer's own model
-(``spreadrl.train.grpo.build_rollout_policy``; its docstring says why not one builder).
+(``spreadrl.train.rollout_backend.build_rollout_policy``; its docstring says why not one builder).
 """
 
 from __future__ import annotations
