@@ -23,42 +23,21 @@ from safetensors.torch import load_file
 
 import spreadrl.train.async_steps as async_steps
 import spreadrl.train.grpo as grpo
-from spreadrl.config import load_config
 from spreadrl.data.task import TaskSet
 from spreadrl.errors import RunStopped
 from spreadrl.rollout.hf_policy import HFPolicy
 from spreadrl.train.config import GRPOConfig
 from spreadrl.train.sampler import EpochShuffle
 from tests.rollout.fakes import FakePool, make_task
+from tests.train.test_grpo_e2e import _cfg as e2e_cfg
 
 WAIT_S = 120.0  # only a broken producer waits this long (the test then fails)
 TIMINGS = ("_s", "tokens_per_s", "overlap", "peak_gb")  # wall-clock figures differ run to run
 
 
 def _cfg(model_dir: Path, out: Path, steps: int, extra: tuple[str, ...] = ()) -> GRPOConfig:
-    return load_config(
-        GRPOConfig,
-        None,
-        [
-            f"model.name_or_path={model_dir}",
-            f"output_dir={out}",
-            f"steps={steps}",
-            "device=cpu",
-            "rollout.group_size=4",
-            "rollout.prompts_per_step=2",
-            "rollout.max_turns=2",
-            "rollout.max_new_tokens_per_turn=16",
-            "rollout.max_response_tokens=48",
-            "reward.overlong=true",
-            "reward.overlong_buffer=40",
-            "sampling.mode=keep",
-            "optim.lr=1e-3",
-            "optim.weight_decay=0.0",
-            "env.tools=[write_range]",
-            "logging.trajectories_per_step=8",
-            *extra,
-        ],
-    )
+    """The end-to-end test's tiny GRPO run, saving every trajectory of a step."""
+    return e2e_cfg(model_dir, out, steps, ("logging.trajectories_per_step=8", *extra))
 
 
 def _tasks(n: int = 1) -> TaskSet:
