@@ -191,11 +191,12 @@ def spreadrl_steps(
     """Run ``shape.steps`` spreadrl GRPO steps: one record per step, and the first step's
     prompt ids, one list per episode in rollout order (G per prompt)."""
     import spreadrl.train.grpo as grpo
+    import spreadrl.train.rollouts as rollouts
 
     cfg = spreadrl_config(model_dir, shape, out)
     prompt_tokens: list[int] = []
     first_ids: list[list[int]] = []
-    collect = grpo.collect_rollouts
+    collect = rollouts.collect_rollouts
 
     def counting(*args: object, **kwargs: object) -> tuple[list[Trajectory], torch.Tensor, ...]:
         result = collect(*args, **kwargs)  # the prompt sizes of each step's episodes
@@ -204,11 +205,11 @@ def spreadrl_steps(
             first_ids.extend(list(t.prompt_ids) for t in result[0])
         return result
 
-    grpo.collect_rollouts = counting
+    rollouts.collect_rollouts = counting
     try:
         grpo.train_grpo(cfg, console=Console(quiet=True))
     finally:
-        grpo.collect_rollouts = collect
+        rollouts.collect_rollouts = collect
     rows = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
     episodes = shape.prompts * shape.group
     records: list[StepRecord] = []

@@ -30,14 +30,18 @@ docs/async.md says why it is always on in asynchronous mode.
 from __future__ import annotations
 
 import math
+import shutil
+import tempfile
 import threading
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Generic, TypeVar
 
 import torch
 
+from spreadrl.rollout.colocate import FilesSync
 from spreadrl.rollout.policy import Policy
 from spreadrl.rollout.types import PolicyTurn, SamplingParams, Trajectory
 from spreadrl.train.batching import Sample
@@ -256,6 +260,33 @@ def weight_loader(copy: torch.nn.Module) -> Callable[[object], None]:
             copy.load_state_dict(payload)  # type: ignore[arg-type]
 
     return apply
+
+
+class FilesReload:
+    """The vLLM producer's weight sync: the trainer writes a folder (:meth:`write`, its
+    thread, at a step boundary), the producer reloads it between engine steps
+    (:meth:`__call__`, its thread) and removes it."""
+
+    def __init__(self, policy: object, files: FilesSync) -> None:
+        self.policy = policy
+        self.files = files
+
+    def write(self, model: torch.nn.Module) -> str:
+        folder = Path(tempfile.mkdtemp(prefix="spreadrl-async-", dir=self.files.root))
+        self.files.write(model, folder)
+        return str(folder)
+
+    def __call__(self, payload: object) -> None:
+        try:
+            self.policy.llm.collective_rpc(  # type: ignore[attr-defined]
+                "reload_weights", kwargs={"weights_path": str(payload)}
+            )
+        finally:
+            self.discard(payload)
+
+    @staticmethod
+    def discard(payload: object) -> None:
+        shutil.rmtree(str(payload), ignore_errors=True)
 
 
 @dataclass

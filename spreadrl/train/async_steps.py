@@ -16,24 +16,20 @@ what a step logs. The producer itself is :mod:`spreadrl.train.async_rollouts`.
 from __future__ import annotations
 
 import copy
-import shutil
-import tempfile
+import time
 from collections.abc import Callable
-from dataclasses import replace
-from pathlib import Path
-from typing import TypeVar
+from contextlib import ExitStack
 
 import torch
+from transformers import PreTrainedTokenizerBase
 
-from spreadrl.errors import ConfigError
 from spreadrl.rollout.colocate import FilesSync
 from spreadrl.rollout.hf_policy import HFPolicy
 from spreadrl.rollout.policy import Policy
 from spreadrl.rollout.types import Trajectory
 from spreadrl.train.async_rollouts import (
     AsyncRollouts,
-    Produced,
-    VersionedPolicy,
+    FilesReload,
     behaviour_weight_metrics,
     finish_versions,
     snapshot_weights,
@@ -43,90 +39,104 @@ from spreadrl.train.async_rollouts import (
     weight_loader,
 )
 from spreadrl.train.batching import Sample
-from spreadrl.train.config import GRPOConfig, LossConfig
-from spreadrl.train.distributed import DistInfo
+from spreadrl.train.config import GRPOConfig
+from spreadrl.train.held_out import HeldOut
 from spreadrl.train.precision import compute_context
-
-T = TypeVar("T")
-
-
-def check_async(cfg: GRPOConfig, info: DistInfo, weight_sync: str) -> None:
-    """Refuse, in one line at start-up, the asynchronous setups this does not run.
-
-    ``weight_sync``: the resolved ``rollout.weight_sync`` (ipc or files)."""
-    k = cfg.rollout.max_staleness
-    if info.enabled and info.world_size > 1:
-        raise ConfigError(
-            f"rollout.max_staleness={k} runs in one process only for now; under torchrun "
-            f"(world size {info.world_size}) set rollout.max_staleness=0"
-        )
-    if cfg.rollout.backend == "vllm" and weight_sync != "files":
-        raise ConfigError(
-            f"rollout.max_staleness={k} with rollout.backend=vllm needs "
-            f"rollout.weight_sync=files (got {weight_sync}): the ipc sync is not wired "
-            "for a producer thread yet"
-        )
-
-
-def decoupled(loss: LossConfig) -> LossConfig:
-    """The loss section with the behaviour weights on, whatever ``loss.tis`` says.
-
-    In asynchronous mode a sample's tokens come from older weights than the ones
-    updated; without min(pi_prox / pi_behav, cap) the ratio against the proximal
-    policy alone would treat them as on-policy (docs/async.md)."""
-    return replace(loss, tis=True)
-
-
-class FilesReload:
-    """The vLLM producer's weight sync: the trainer writes a folder (:meth:`write`, its
-    thread, at a step boundary), the producer reloads it between engine steps
-    (:meth:`__call__`, its thread) and removes it."""
-
-    def __init__(self, policy: object) -> None:
-        self.policy = policy
-        self.files = FilesSync(policy)
-
-    def write(self, model: torch.nn.Module) -> str:
-        folder = Path(tempfile.mkdtemp(prefix="spreadrl-async-", dir=self.files.root))
-        self.files.write(model, folder)
-        return str(folder)
-
-    def __call__(self, payload: object) -> None:
-        try:
-            self.policy.llm.collective_rpc(  # type: ignore[attr-defined]
-                "reload_weights", kwargs={"weights_path": str(payload)}
-            )
-        finally:
-            self.discard(payload)
-
-    @staticmethod
-    def discard(payload: object) -> None:
-        shutil.rmtree(str(payload), ignore_errors=True)
+from spreadrl.train.rollouts import StepRollouts
 
 
 class AsyncSteps:
-    """What train_grpo holds in asynchronous mode: the producer, the weight hand-over and
-    the step's bookkeeping."""
+    """The rollout source of asynchronous mode (a :class:`~spreadrl.train.rollouts.StepSource`):
+    the producer, the weight hand-over and the step's bookkeeping."""
+
+    asynchronous = True
 
     def __init__(
         self,
-        producer: AsyncRollouts[T],
+        producer: AsyncRollouts[StepRollouts],
         publish: Callable[[int, torch.nn.Module], None],
         max_staleness: int,
         tis_cap: float,
+        held_out: HeldOut,
+        eval_policy: Policy,
+        resources: ExitStack,
     ) -> None:
         self.producer = producer
         self._publish = publish
         self.max_staleness = max_staleness
         self.tis_cap = tis_cap
         self.staleness: list[int] = []  # every trained sample's, over the run
+        self._held_out = held_out
+        self._eval_policy = eval_policy  # the trainer's own model: the engine is the producer's
+        self._resources = resources
 
-    def take(self, step: int) -> Produced[T]:
-        return self.producer.take(step)
+    @classmethod
+    def start(
+        cls,
+        cfg: GRPOConfig,
+        model: torch.nn.Module,
+        tokenizer: PreTrainedTokenizerBase,
+        engine: Policy | None,
+        collect: Callable[[Policy, int], StepRollouts],
+        sampler_state: Callable[[], dict[str, object]],
+        held_out: HeldOut,
+        eval_policy: Policy,
+        resources: ExitStack,
+        *,
+        start: int,
+        compute: str,
+    ) -> AsyncSteps:
+        """Build and start the producer for steps ``start + 1 .. cfg.steps``.
 
-    def publish(self, step: int, model: torch.nn.Module) -> None:
-        """The weights after ``step`` updates, to the producer."""
-        self._publish(step, model)
+        ``engine``: the vLLM policy (None: the hf backend, sampling with a copy of
+        ``model``); ``collect(policy, step)``: one step's rollouts (run in the
+        producer's thread); ``eval_policy``: what the held-out eval samples with (the
+        engine is the producer's alone); ``resources``: what :meth:`close` releases."""
+        k = cfg.rollout.max_staleness
+        if engine is not None:
+            files = FilesSync(engine)
+            reload = FilesReload(engine, files)
+            policy = versioned(engine, reload, version=start)
+            policy.discard = reload.discard
+
+            def produce(step: int) -> StepRollouts:
+                return collect(policy, step)
+
+            def publish(step: int, trained: torch.nn.Module) -> None:
+                producer.publish(step, reload.write(trained))
+
+        else:
+            sampler_model = copy.deepcopy(model)
+            for p in sampler_model.parameters():
+                p.requires_grad_(False)
+            batch = cfg.rollout.group_size * cfg.rollout.prompts_per_step
+            inner = HFPolicy(sampler_model, tokenizer, max_batch_size=batch)
+            policy = versioned(inner, weight_loader(sampler_model), version=start)
+
+            def produce(step: int) -> StepRollouts:
+                with compute_context(sampler_model, compute):
+                    return collect(policy, step)
+
+            def publish(step: int, trained: torch.nn.Module) -> None:
+                producer.publish(step, snapshot_weights(trained))
+
+        producer: AsyncRollouts[StepRollouts] = AsyncRollouts(
+            produce, sampler_state, policy, first=start + 1, last=cfg.steps, max_staleness=k
+        )
+        if engine is not None:  # the engine loaded the model's files: send the trainer's weights
+            publish(start, model)
+        producer.start()
+        return cls(producer, publish, k, cfg.loss.tis_cap, held_out, eval_policy, resources)
+
+    def next(self, step: int) -> tuple[StepRollouts, dict[str, object]]:
+        t0 = time.perf_counter()
+        produced = self.producer.take(step)
+        rollouts = produced.value
+        rollouts.timings["wait_s"] = time.perf_counter() - t0  # the trainer idle, waiting
+        rollouts.timings["rollout_s"] = produced.seconds
+        # the sampler as it was after this step's prompts, not later: a resumed run draws
+        # the in-flight steps' prompts again (their rollouts are discarded)
+        return rollouts, produced.sampler_state
 
     def bookkeeping(
         self, step: int, trajs: list[Trajectory], samples: list[Sample]
@@ -146,61 +156,22 @@ class AsyncSteps:
         out.update(behaviour_weight_metrics(samples, self.tis_cap))
         return out
 
-    def overlap(self, start: float, end: float) -> float:
-        """Share of [start, end] (the update) during which the producer was rolling out."""
-        return self.producer.overlap_s(start, end) / max(end - start, 1e-9)
+    def updated(self, step: int, model: torch.nn.Module, start: float) -> dict[str, float]:
+        """The overlap: share of the update during which the producer was rolling out.
+        Then the weights after ``step`` updates go to the producer (its next sync)."""
+        end = time.perf_counter()
+        overlap = self.producer.overlap_s(start, end) / max(end - start, 1e-9)
+        self._publish(step, model)
+        return {"overlap": overlap}
+
+    def held_out(self, step: int) -> dict[str, float]:
+        return self._held_out.run_if_due(step, self._eval_policy, None)
 
     def stop(self) -> None:
         self.producer.stop(timeout=600.0)
 
-
-def start_async(
-    cfg: GRPOConfig,
-    model: torch.nn.Module,
-    tokenizer: object,
-    engine: Policy | None,
-    collect: Callable[[Policy, int], T],
-    sampler_state: Callable[[], dict[str, object]],
-    *,
-    start: int,
-    compute: str,
-) -> AsyncSteps:
-    """Build and start the producer for steps ``start + 1 .. cfg.steps``.
-
-    ``engine``: the vLLM policy (None: the hf backend, sampling with a copy of
-    ``model``); ``collect(policy, step)``: one step's rollouts (the recipe's own
-    collection, run in the producer's thread)."""
-    k = cfg.rollout.max_staleness
-    if engine is None:
-        sampler_model = copy.deepcopy(model)
-        for p in sampler_model.parameters():
-            p.requires_grad_(False)
-        batch = cfg.rollout.group_size * cfg.rollout.prompts_per_step
-        inner = HFPolicy(sampler_model, tokenizer, max_batch_size=batch)
-        policy: VersionedPolicy = versioned(inner, weight_loader(sampler_model), version=start)
-
-        def produce(step: int) -> T:
-            with compute_context(sampler_model, compute):
-                return collect(policy, step)
-
-        def publish(step: int, trained: torch.nn.Module) -> None:
-            producer.publish(step, snapshot_weights(trained))
-
-    else:
-        reload = FilesReload(engine)
-        policy = versioned(engine, reload, version=start)
-        policy.discard = reload.discard
-
-        def produce(step: int) -> T:
-            return collect(policy, step)
-
-        def publish(step: int, trained: torch.nn.Module) -> None:
-            producer.publish(step, reload.write(trained))
-
-    producer: AsyncRollouts[T] = AsyncRollouts(
-        produce, sampler_state, policy, first=start + 1, last=cfg.steps, max_staleness=k
-    )
-    if engine is not None:  # the engine loaded the model's files: send the trainer's weights
-        publish(start, model)
-    producer.start()
-    return AsyncSteps(producer, publish, k, cfg.loss.tis_cap)
+    def close(self) -> None:
+        try:
+            self.stop()
+        finally:
+            self._resources.close()

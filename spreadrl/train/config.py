@@ -261,6 +261,12 @@ class SFTConfig(Section):
     output_dir: str = option("runs/sft", "Run folder.")
     device: str = option("auto", "cpu, cuda, or auto.")
 
+    def total_steps(self, dataset_size: int) -> int:
+        """``steps`` when set, else enough steps for ``epochs`` passes over the data."""
+        if self.steps:
+            return int(self.steps)
+        return max(1, -(-dataset_size * int(self.epochs) // self.batch_size))
+
 
 RECIPES: dict[str, type] = {"grpo": GRPOConfig, "sft": SFTConfig}
 """The config class of each recipe command, by command name."""

@@ -27,9 +27,6 @@ import torch
 import torch.distributed as dist
 from torch import nn
 
-from spreadrl.errors import ConfigError
-from spreadrl.rollout.config import RolloutConfig
-
 T = TypeVar("T")
 
 
@@ -50,24 +47,6 @@ class DistInfo:
     @property
     def enabled(self) -> bool:
         return self.world_size > 1 or self.launched
-
-
-def check_world_size(rollout: RolloutConfig, info: DistInfo) -> None:
-    """Refuse, at start-up, a prompt count that the ranks cannot share equally.
-
-    Every rank rolls out whole groups of its own share of the step's prompts; a
-    share rounded down (or up to one) would silently train a different number of
-    prompts per step than the recipe says, changing with the number of GPUs.
-    """
-    prompts, world = rollout.prompts_per_step, info.world_size
-    if prompts % world:
-        lower = prompts - prompts % world
-        options = f"{lower} or {lower + world}" if lower else f"{world}"
-        raise ConfigError(
-            f"rollout.prompts_per_step={prompts} does not divide over {world} ranks "
-            f"({prompts} % {world} = {prompts % world}); set rollout.prompts_per_step to a "
-            f"multiple of {world} (e.g. {options}) or run on a number of GPUs that divides {prompts}"
-        )
 
 
 def init_distributed(device: str, *, timeout_s: float | None = None) -> DistInfo:

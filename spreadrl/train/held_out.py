@@ -11,6 +11,7 @@ figures go to ``metrics.jsonl`` as ``eval/*``. Kept small on purpose
 from __future__ import annotations
 
 import time
+from dataclasses import dataclass
 
 from torch import nn
 from transformers import PreTrainedTokenizerBase
@@ -87,3 +88,33 @@ def held_out_eval(
         "eval/turns": sums[4] / n,
         "eval_s": time.perf_counter() - start,
     }
+
+
+@dataclass(frozen=True)
+class HeldOut:
+    """A run's held-out set and what its eval runs with (None: no held-out eval)."""
+
+    tasks: TaskSet | None
+    pool: EnvPoolLike
+    tokenizer: PreTrainedTokenizerBase
+    cfg: GRPOConfig
+    model: nn.Module
+    info: DistInfo
+
+    def run_if_due(
+        self, step: int, policy: Policy, colocated: ColocatedRollouts | None
+    ) -> dict[str, float]:
+        """:func:`held_out_eval` with ``policy`` after ``step`` when one is due, else nothing."""
+        if self.tasks is None or not eval_due(self.cfg, step):
+            return {}
+        return held_out_eval(
+            policy,
+            self.pool,
+            self.tokenizer,
+            self.tasks,
+            self.cfg,
+            step,
+            model=self.model,
+            colocated=colocated,
+            info=self.info,
+        )

@@ -37,7 +37,7 @@ from transformers import (
 )
 
 from spreadrl.errors import ConfigError, SpreadrlError
-from spreadrl.train.setup import peft_wrapping
+from spreadrl.models.compat import peft_wrapping
 
 log = logging.getLogger(__name__)
 

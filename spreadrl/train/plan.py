@@ -53,8 +53,9 @@ from transformers import AutoConfig, AutoModelForCausalLM, PretrainedConfig, Qwe
 
 from spreadrl.errors import ConfigError
 from spreadrl.models.init import PRESETS
+from spreadrl.train.checks import check_world_size
 from spreadrl.train.config import GRPOConfig
-from spreadrl.train.distributed import DistInfo, check_world_size, decoder_layers
+from spreadrl.train.distributed import DistInfo, decoder_layers
 from spreadrl.train.logprobs import (
     BYTES_PER_LOGIT,
     BYTES_PER_LOGIT_CUT,

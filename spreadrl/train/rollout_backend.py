@@ -17,7 +17,6 @@ from rich.console import Console
 from torch import nn
 from transformers import PreTrainedTokenizerBase
 
-from spreadrl.errors import ConfigError
 from spreadrl.rollout.colocate import ColocatedRollouts
 from spreadrl.rollout.config import RolloutConfig
 from spreadrl.rollout.hf_policy import HFPolicy, stop_token_ids
@@ -28,25 +27,6 @@ from spreadrl.train.plan import engine_capacity_line, engine_kv_tokens
 from spreadrl.train.precision import compute_context
 
 log = logging.getLogger(__name__)
-
-
-def check_rollout_backend(rollout: RolloutConfig, max_prompt_tokens: int) -> None:
-    """Stop at start-up, in one line, when the configured rollout backend cannot run here.
-
-    There is no silent fallback: a recipe that asks for vLLM and gets the hf
-    backend would run for hours at a fraction of the speed, or run out of memory
-    far from the cause."""
-    if rollout.backend != "vllm":
-        return
-    from spreadrl.rollout.vllm_policy import require_vllm_gpu
-
-    if max_prompt_tokens <= 0:
-        raise ConfigError(
-            "rollout.backend=vllm needs data.max_prompt_tokens > 0: the engine's KV cache is "
-            "sized for data.max_prompt_tokens + rollout.max_response_tokens"
-        )
-    # under torchrun each rank gets its own engine on its own GPU (build_rollout_policy)
-    require_vllm_gpu()
 
 
 def build_rollout_policy(
@@ -108,15 +88,6 @@ def build_rollout_policy(
             console.print(line, highlight=False)
         return engine, ColocatedRollouts(engine, sync=sync)
     return HFPolicy(model, tokenizer, max_batch_size=batch), None
-
-
-def weight_sync(rollout: RolloutConfig) -> str:
-    """``rollout.weight_sync`` resolved (the hf backend has none: "files" stands for it)."""
-    if rollout.backend != "vllm":
-        return "files"
-    from spreadrl.rollout.vllm_policy import resolve_weight_sync
-
-    return resolve_weight_sync(rollout.weight_sync)
 
 
 @contextlib.contextmanager

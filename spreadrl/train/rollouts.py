@@ -9,9 +9,11 @@ the kept groups into training samples, token ids exactly as sampled.
 
 from __future__ import annotations
 
-from typing import NamedTuple
+from dataclasses import dataclass
+from typing import NamedTuple, Protocol
 
 import torch
+from torch import nn
 from transformers import PreTrainedTokenizerBase
 
 from spreadrl.data.task import TaskSet
@@ -41,6 +43,42 @@ class StepRollouts(NamedTuple):
     keep: torch.Tensor  # bool [groups]
     parts: list[dict[str, float]]  # each episode's reward by term
     timings: dict[str, float]
+
+
+class StepSource(Protocol):
+    """Where a GRPO step's rollouts come from: sampled in the loop
+    (:class:`spreadrl.train.rollout_sources.SyncRollouts`), or by a producer running
+    ahead of the trainer (:class:`spreadrl.train.async_steps.AsyncSteps`).
+
+    The recipe's loop is the same for both; what differs lives behind these calls."""
+
+    asynchronous: bool  # samples may come from older weights than the ones updated
+
+    def next(self, step: int) -> tuple[StepRollouts, dict[str, object]]:
+        """Step ``step``'s rollouts, and the prompt sampler's state after its draws."""
+        ...
+
+    def bookkeeping(
+        self, step: int, trajs: list[Trajectory], samples: list[Sample]
+    ) -> dict[str, float]:
+        """What the source records of the samples about to be trained, as metrics."""
+        ...
+
+    def updated(self, step: int, model: nn.Module, start: float) -> dict[str, float]:
+        """The update of ``step`` (begun at ``start``, perf_counter) is done: its metrics."""
+        ...
+
+    def held_out(self, step: int) -> dict[str, float]:
+        """The held-out eval's ``eval/*`` metrics when one is due after ``step``, else none."""
+        ...
+
+    def stop(self) -> None:
+        """Stop sampling ahead (idempotent); rollouts in flight are discarded."""
+        ...
+
+    def close(self) -> None:
+        """Stop, and release what the source owns (its environment pool)."""
+        ...
 
 
 def score_groups(
@@ -123,6 +161,39 @@ def collect_rollouts(
     advantages = group_advantages(all_rewards)
     timings["refill_rounds"] = float(rounds - 1)  # extra rollout rounds (a metric, not a time)
     return StepRollouts(trajs, advantages, keep, parts_all, timings)
+
+
+@dataclass(frozen=True)
+class Collector:
+    """:func:`collect_rollouts` bound to a run's prompts, environments and sections: what a
+    rollout source calls once per step (in the producer's thread in asynchronous mode)."""
+
+    pool: EnvPoolLike
+    tokenizer: PreTrainedTokenizerBase
+    tasks: TaskSet
+    sampler: EpochShuffle[tuple[str, int]]
+    rollout: RolloutConfig
+    sampling: DynamicSamplingConfig
+    reward: RewardConfig
+    max_prompt_tokens: int
+    seed: int
+    info: DistInfo
+
+    def __call__(self, policy: Policy, step: int) -> StepRollouts:
+        """Step ``step``'s rollouts by ``policy`` (its episodes seeded from ``seed + step``)."""
+        return collect_rollouts(
+            policy,
+            self.pool,
+            self.tokenizer,
+            self.tasks,
+            self.sampler,
+            self.rollout,
+            self.sampling,
+            self.reward,
+            max_prompt_tokens=self.max_prompt_tokens,
+            seed=self.seed + step,
+            info=self.info,
+        )
 
 
 def _useful(rewards_list: list[torch.Tensor]) -> int:

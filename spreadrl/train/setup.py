@@ -8,8 +8,7 @@ import os
 import random
 import signal
 import threading
-import warnings
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from types import FrameType
@@ -24,6 +23,7 @@ from transformers import PreTrainedTokenizerBase
 
 from spreadrl.config import config_to_dict, dump_config
 from spreadrl.errors import RunStopped, SpreadrlError
+from spreadrl.models.compat import enable_activation_checkpointing, peft_wrapping
 from spreadrl.models.init import load_model_and_tokenizer
 from spreadrl.train.checkpoint import (
     TrainerState,
@@ -42,18 +42,12 @@ from spreadrl.train.config import (
     SFTConfig,
 )
 from spreadrl.train.distributed import DistInfo, all_reduce, cleanup, init_distributed
-from spreadrl.train.precision import resolve_precision
+from spreadrl.train.precision import Precision, resolve_precision
 from spreadrl.train.timeouts import collective_timeout_s
 from spreadrl.train.tracking import MetricsLog, build_metrics_log
 
 RecipeConfig = GRPOConfig | SFTConfig
 """A training recipe's whole config: what a run folder records and resumes."""
-
-
-def set_seed(seed: int) -> None:
-    random.seed(seed)
-    np.random.seed(seed % 2**32)
-    torch.manual_seed(seed)
 
 
 def resolve_device(name: str) -> str:
@@ -66,17 +60,16 @@ def resolve_device(name: str) -> str:
 
 
 def build_model(
-    model_cfg: ModelConfig, device: str, *, path: str | None = None
+    model_cfg: ModelConfig, precision: Precision, device: str, *, path: str | None = None
 ) -> tuple[nn.Module, PreTrainedTokenizerBase]:
     """Load the policy (and tokenizer) from ``path`` or the config, add LoRA if configured.
 
-    Trainable weights are float32 whatever ``model.dtype`` says (it names the
-    compute dtype: :mod:`spreadrl.train.precision`); peft keeps adapters in float32.
+    ``precision``: the run's (:func:`spreadrl.train.precision.resolve_precision`):
+    trained weights load in float32 whatever ``model.dtype`` says (it names the
+    compute dtype); a LoRA base never trains and loads in the compute dtype, and
+    peft keeps adapters in float32.
     """
     lora = model_cfg.lora
-    # trained weights load in float32 (master weights; model.dtype is the compute dtype,
-    # see spreadrl.train.precision); a LoRA base never trains and loads in that dtype
-    precision = resolve_precision(model_cfg.dtype, device, lora=lora.enabled)
     model, tokenizer = load_model_and_tokenizer(
         path or model_cfg.name_or_path, dtype=precision.load, device=device
     )
@@ -102,37 +95,6 @@ def build_model(
         if hasattr(model, "enable_input_require_grads"):
             model.enable_input_require_grads()
     return model, tokenizer
-
-
-@contextlib.contextmanager
-def peft_wrapping() -> Iterator[None]:
-    """Wrap a model with peft without its transformers-5 deprecation warning.
-
-    peft 0.21.2 (the newest release) reads ``model.is_gradient_checkpointing`` in
-    ``PeftModel.__init__``, a name transformers 5 deprecated with a FutureWarning.
-    The call is peft's, so no argument of ours avoids it: this ignores that one
-    message, only while peft builds the wrapper. Drop it once peft reads
-    ``is_activation_checkpointing``.
-    """
-    with warnings.catch_warnings():
-        warnings.filterwarnings(
-            "ignore", message="`is_gradient_checkpointing` is deprecated", category=FutureWarning
-        )
-        yield
-
-
-def enable_activation_checkpointing(model: nn.Module) -> None:
-    """Turn on activation (gradient) checkpointing under the name this transformers uses.
-
-    transformers renamed ``gradient_checkpointing_enable`` to
-    ``activation_checkpointing_enable`` and made the old name warn (FutureWarning,
-    removal in v6); the oldest version the project supports (5.16.1, vLLM's pin)
-    has only the old name. A PEFT model forwards both names to its base model.
-    """
-    enable = getattr(model, "activation_checkpointing_enable", None)
-    if enable is None:  # transformers before the rename (5.16.1 has only the old name)
-        enable = model.gradient_checkpointing_enable
-    enable()
 
 
 def build_optimizer(model: nn.Module, optim_cfg: OptimConfig) -> Optimizer:
@@ -256,6 +218,7 @@ class Run:
     (``checkpoint``), never the whole config again."""
 
     info: DistInfo
+    precision: Precision  # the run's dtypes: weights loaded in, compute in
     out: Path
     console: Console
     checkpoint: CheckpointConfig
@@ -265,7 +228,8 @@ class Run:
 
     @classmethod
     def start(cls, cfg: RecipeConfig, console: Console, *, seed_per_rank: bool = False) -> Run:
-        """Join the process group, write ``config.yaml``, seed, find the resume point.
+        """Join the process group, write ``config.yaml``, seed, resolve the run's precision,
+        find the resume point.
 
         The whole config is read here and only here: it is recorded as the run's
         resolved config (and sizes the collective timeout); the rest of the run
@@ -277,10 +241,14 @@ class Run:
         if info.is_main:
             (out / "config.yaml").write_text(dump_config(cfg))
         resolved = config_to_dict(cfg)
-        set_seed(cfg.seed + (info.rank if seed_per_rank else 0))
+        seed = cfg.seed + (info.rank if seed_per_rank else 0)
+        random.seed(seed)
+        np.random.seed(seed % 2**32)
+        torch.manual_seed(seed)
         root = Path(cfg.checkpoint.dir) if cfg.checkpoint.dir else out / "checkpoints"
         return cls(
             info=info,
+            precision=resolve_precision(cfg.model.dtype, device, lora=cfg.model.lora.enabled),
             out=out,
             console=console,
             checkpoint=cfg.checkpoint,
@@ -292,7 +260,7 @@ class Run:
     def build_model(self, model_cfg: ModelConfig) -> tuple[nn.Module, PreTrainedTokenizerBase]:
         """The policy, from the newest checkpoint when resuming."""
         path = str(self.resume_from) if self.resume_from else None
-        return build_model(model_cfg, self.info.device, path=path)
+        return build_model(model_cfg, self.precision, self.info.device, path=path)
 
     def reference_source(
         self, model: nn.Module, model_cfg: ModelConfig, loss: LossConfig
@@ -306,7 +274,7 @@ class Run:
         """
         if loss.kl_coef <= 0 or self.resume_from is None or hasattr(model, "disable_adapter"):
             return model
-        start, _ = build_model(model_cfg, self.info.device)
+        start, _ = build_model(model_cfg, self.precision, self.info.device)
         return start
 
     def resume(

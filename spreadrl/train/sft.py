@@ -22,7 +22,6 @@ from spreadrl.train.batching import MIN_SHARED_PREFIX, Sample, collate, pack_by_
 from spreadrl.train.config import SFTConfig
 from spreadrl.train.distributed import all_reduce, rank_slice, shard_model
 from spreadrl.train.logprobs import prefix_sharing, sequence_logprobs
-from spreadrl.train.precision import compute_dtype
 from spreadrl.train.sampler import EpochShuffle, torch_permutation
 from spreadrl.train.setup import Checkpointed, Run, StopSignals, build_optimizer, build_scheduler
 from spreadrl.train.sft_data import load_sft_dataset
@@ -73,13 +72,6 @@ def sft_loss_step(
     return {"loss": all_reduce(loss_sum), "tokens": float(total)}
 
 
-def total_steps(cfg: SFTConfig, dataset_size: int) -> int:
-    """``steps`` when set, else enough steps for ``epochs`` passes over the data."""
-    if cfg.steps:
-        return int(cfg.steps)
-    return max(1, -(-dataset_size * int(cfg.epochs) // cfg.batch_size))
-
-
 def train_sft(
     cfg: SFTConfig,
     *,
@@ -115,14 +107,14 @@ def train_sft(
             f"[yellow]dropped {data.dropped_too_long} conversations longer than "
             f"max_length={cfg.max_length} (never cut)[/]"
         )
-    steps = total_steps(cfg, len(data.samples))
-    compute = compute_dtype(cfg.model.dtype, info.device)
+    steps = cfg.total_steps(len(data.samples))
+    compute = run.precision.compute
     shard_model(model, info, compute_dtype=compute)
     optimizer = build_optimizer(model, cfg.optim)
     scheduler = build_scheduler(optimizer, cfg.optim, steps)
-    order = EpochShuffle(data.samples, cfg.seed, permutation=torch_permutation)
     state = run.resume(model, optimizer, scheduler)
     start = state["step"] if state else 0
+    order = EpochShuffle(data.samples, cfg.seed, permutation=torch_permutation)
     if state:
         order.load(state["extra"]["order"])
     parts = Checkpointed(model, tokenizer, optimizer, scheduler)

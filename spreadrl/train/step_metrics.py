@@ -1,11 +1,14 @@
-"""What a GRPO step reports: its metrics, reduced over ranks, and its console line."""
+"""What a GRPO step reports: its metrics, reduced over ranks, logged, and its console line."""
 
 from __future__ import annotations
 
 import torch
 
 from spreadrl.rollout.types import Trajectory
+from spreadrl.train.config import LoggingConfig
 from spreadrl.train.distributed import all_reduce
+from spreadrl.train.setup import Run
+from spreadrl.train.trajectory_log import save_step_trajectories
 
 
 def step_metrics(
@@ -89,3 +92,30 @@ def step_line(step: int, total: int, m: dict[str, float]) -> str:
         f"t gen {m.get('generate_s', 0):.1f}s tools {m.get('tools_s', 0):.1f}s "
         f"upd {m.get('update_s', 0):.1f}s"
     )
+
+
+def report_step(
+    run: Run,
+    step: int,
+    total: int,
+    metrics: dict[str, float],
+    trajs: list[Trajectory],
+    parts: list[dict[str, float]],
+    logging: LoggingConfig,
+) -> None:
+    """Reduce the step's metrics over ranks; on rank 0 log them, keep a spread of its
+    trajectories and print its line (every ``logging.every_steps`` steps and the last)."""
+    if run.info.enabled:  # a collective: every rank reduces
+        metrics = reduce_over_ranks(metrics, len(trajs))
+    if not run.info.is_main:
+        return
+    line = step_line(step, total, metrics)
+    run.metrics.log(step, metrics)
+    save_step_trajectories(run.out, step, trajs, parts, logging.trajectories_per_step)
+    if step % max(1, logging.every_steps) == 0 or step == total:
+        run.console.print(line)
+    if "eval/pass@1" in metrics:
+        run.console.print(
+            f"eval step {step:>4}: held-out pass@1 {100 * metrics['eval/pass@1']:.1f}% "
+            f"over {int(metrics['eval/episodes'])} episodes ({metrics['eval_s']:.1f} s)"
+        )

@@ -12,7 +12,6 @@ the values equal the full rows' up to float rounding.
 
 from __future__ import annotations
 
-import warnings
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -71,21 +70,6 @@ def updates_per_step(rollout: RolloutConfig, optim: GRPOOptimConfig) -> int:
     With one, the policy that sampled is the one being updated, so the update takes
     its old log-probs from its own forward; with more, they are computed first."""
     return optim.ppo_epochs * minibatches(rollout.prompts_per_step * rollout.group_size, optim)
-
-
-def catch_up_schedule(scheduler: LRScheduler, planned: int) -> None:
-    """Move the LR schedule to ``planned`` optimizer steps when fewer were taken.
-
-    The schedule is laid out for ``steps x epochs x mini-batches`` updates, but a
-    step can take fewer: dynamic sampling (``sampling.mode=drop``) trains fewer
-    samples, so fewer mini-batches, or none when every group was dropped. Without
-    this the decay would lag and never reach its end; with it, LR follows the
-    run's step count whatever was dropped (the same on every rank).
-    """
-    with warnings.catch_warnings():  # "lr_scheduler.step() before optimizer.step()"
-        warnings.simplefilter("ignore", UserWarning)
-        while scheduler.last_epoch < planned:
-            scheduler.step()
 
 
 def compute_logprobs(

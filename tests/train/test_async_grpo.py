@@ -23,6 +23,8 @@ from safetensors.torch import load_file
 
 import spreadrl.train.async_steps as async_steps
 import spreadrl.train.grpo as grpo
+import spreadrl.train.learner as learner
+import spreadrl.train.rollouts as rollouts
 from spreadrl.data.task import TaskSet
 from spreadrl.errors import RunStopped
 from spreadrl.rollout.hf_policy import HFPolicy
@@ -79,7 +81,7 @@ class Hold:
                     hold.cond.notify_all()
                 return super().act(*args, **kwargs)
 
-        real_collect, real_update = grpo.collect_rollouts, grpo.policy_update
+        real_collect, real_update = rollouts.collect_rollouts, learner.policy_update
 
         def collect(*args, seed, **kwargs):
             hold.collecting = seed  # the step (collect_rollouts' seed is cfg.seed + step; 0 here)
@@ -97,8 +99,8 @@ class Hold:
             return real_update(model, optimizer, samples, loss, *sections, **kwargs)
 
         monkeypatch.setattr(async_steps, "HFPolicy", CountingHF)
-        monkeypatch.setattr(grpo, "collect_rollouts", collect)
-        monkeypatch.setattr(grpo, "policy_update", held_update)
+        monkeypatch.setattr(rollouts, "collect_rollouts", collect)
+        monkeypatch.setattr(learner, "policy_update", held_update)
 
     def on_update(self, step: int) -> None:
         pass
@@ -117,7 +119,7 @@ def test_max_staleness_zero_never_builds_the_producer_and_is_bit_reproducible(
             def refuse(*args, **kwargs):
                 raise AssertionError("max_staleness=0 must not start a producer")
 
-            monkeypatch.setattr(grpo, "start_async", refuse)
+            monkeypatch.setattr(async_steps.AsyncSteps, "start", refuse)
         else:
             monkeypatch.undo()
         out = tmp_path / name

@@ -14,8 +14,9 @@ import pytest
 
 from spreadrl.config import load_config
 from spreadrl.errors import ConfigError
+from spreadrl.train.checks import check_world_size
 from spreadrl.train.config import GRPOConfig, SFTConfig
-from spreadrl.train.distributed import DistInfo, check_world_size
+from spreadrl.train.distributed import DistInfo
 from spreadrl.train.timeouts import BASE_S, CHECKPOINT_S, collective_timeout_s
 
 CONFIGS = Path(__file__).resolve().parents[2] / "configs"

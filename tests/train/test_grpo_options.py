@@ -26,7 +26,7 @@ from spreadrl.config import load_config
 from spreadrl.data.task import TaskSet
 from spreadrl.env.types import EpisodeResult
 from spreadrl.models.init import load_model_and_tokenizer
-from spreadrl.train import grpo as grpo_module
+from spreadrl.train import learner as learner_module
 from spreadrl.train.config import GRPOConfig
 from spreadrl.train.grpo import train_grpo
 from spreadrl.train.update import compute_logprobs
@@ -87,12 +87,12 @@ def _metrics(out):
 
 
 class _Spy:
-    """Wraps ``grpo.policy_update``: records each step's samples (with the log-probs the
+    """Wraps ``learner.policy_update``: records each step's samples (with the log-probs the
     recipe attached) and the policy's weights before the update."""
 
     def __init__(self, monkeypatch):
         self.steps: list[dict] = []
-        real = grpo_module.policy_update
+        real = learner_module.policy_update
 
         def spy(model, optimizer, samples, *sections, **kwargs):
             before = {n: p.detach().clone() for n, p in model.named_parameters()}
@@ -100,7 +100,7 @@ class _Spy:
             self.steps.append({"samples": list(samples), "before": before, "model": model})
             return out
 
-        monkeypatch.setattr(grpo_module, "policy_update", spy)
+        monkeypatch.setattr(learner_module, "policy_update", spy)
 
 
 def _logprobs_of(model_dir, samples):
@@ -153,14 +153,14 @@ def test_kl_reference_is_the_step0_policy_and_kl_grows(tiny_model_dir, tmp_path,
 def _shift_rollout_logprobs(monkeypatch, shift):
     """Make the rollout engine look ``exp(-shift)`` times less likely than the trainer on
     every token, as a vLLM engine drifting from the trainer would."""
-    real = grpo_module.policy_update
+    real = learner_module.policy_update
 
     def shifted(model, optimizer, samples, *sections, **kwargs):
         for s in samples:
             s.rollout_logprobs = [v - shift for v in s.rollout_logprobs]
         return real(model, optimizer, samples, *sections, **kwargs)
 
-    monkeypatch.setattr(grpo_module, "policy_update", shifted)
+    monkeypatch.setattr(learner_module, "policy_update", shifted)
 
 
 @pytest.mark.slow

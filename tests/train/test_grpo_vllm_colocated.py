@@ -146,9 +146,10 @@ def test_vllm_backend_under_torchrun_builds_one_engine_per_rank(monkeypatch, tin
     # (end to end: tests/train/test_grpo_vllm_torchrun.py)
     import spreadrl.rollout.vllm_policy as vllm_policy
     from spreadrl.config import load_config
+    from spreadrl.train.checks import check_rollout_backend
     from spreadrl.train.config import GRPOConfig
     from spreadrl.train.distributed import DistInfo
-    from spreadrl.train.rollout_backend import build_rollout_policy, check_rollout_backend
+    from spreadrl.train.rollout_backend import build_rollout_policy
 
     fake_vllm.install(monkeypatch)
     monkeypatch.setattr(vllm_policy, "require_vllm_gpu", vllm_policy.import_vllm)

@@ -81,7 +81,7 @@ def base_dir(tmp_path_factory, tokenizer):
 def _peft_model(base_dir, seed: int = 1):
     from peft import LoraConfig, get_peft_model
 
-    from spreadrl.train.setup import peft_wrapping
+    from spreadrl.models.compat import peft_wrapping
 
     model = AutoModelForCausalLM.from_pretrained(base_dir, dtype=torch.float32)
     targets = ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]

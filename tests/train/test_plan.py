@@ -29,7 +29,7 @@ from spreadrl.train.batching import Sample
 from spreadrl.train.config import GRPOConfig
 from spreadrl.train.memory import PeakMemory
 from spreadrl.train.plan import GIB, Hardware, model_shape, plan_memory
-from spreadrl.train.setup import enable_activation_checkpointing
+from spreadrl.models.compat import enable_activation_checkpointing
 from spreadrl.train.sft import sft_loss_step
 
 torch.set_num_threads(1)

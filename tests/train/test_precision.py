@@ -40,7 +40,11 @@ def _train(model, compute: str) -> float:
 
 def test_master_weights_move_at_lr_1e6_where_bf16_storage_does_not(tiny_model_dir):
     # model.dtype=bfloat16: float32 master weights and AdamW state, bf16 compute
-    master, _ = build_model(ModelConfig(name_or_path=str(tiny_model_dir), dtype="bfloat16"), "cpu")
+    master, _ = build_model(
+        ModelConfig(name_or_path=str(tiny_model_dir), dtype="bfloat16"),
+        resolve_precision("bfloat16", "cpu"),
+        "cpu",
+    )
     assert {p.dtype for p in master.parameters()} == {torch.float32}
     seen = []
     hook = master.model.layers[0].mlp.gate_proj.register_forward_hook(
@@ -52,7 +56,11 @@ def test_master_weights_move_at_lr_1e6_where_bf16_storage_does_not(tiny_model_di
     assert all(p.grad is None or p.grad.dtype == torch.float32 for p in master.parameters())
 
     # what the presets did before: weights (and so AdamW's state) stored in bf16
-    stored, _ = build_model(ModelConfig(name_or_path=str(tiny_model_dir), dtype="float32"), "cpu")
+    stored, _ = build_model(
+        ModelConfig(name_or_path=str(tiny_model_dir), dtype="float32"),
+        resolve_precision("float32", "cpu"),
+        "cpu",
+    )
     stored.to(torch.bfloat16)
     moved_bf16 = _train(stored, "float32")
     # AdamW's step is about lr = 1e-6 per entry; a bf16 weight w changes only when that is

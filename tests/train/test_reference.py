@@ -56,7 +56,7 @@ def test_a_frozen_copy_keeps_the_starting_weights(tiny_model):
 def test_with_lora_the_reference_is_the_base_with_the_adapter_off(tiny_model):
     from peft import LoraConfig, get_peft_model
 
-    from spreadrl.train.setup import peft_wrapping
+    from spreadrl.models.compat import peft_wrapping
 
     base, _ = tiny_model
     base = copy.deepcopy(base)

@@ -231,7 +231,7 @@ def test_old_and_reference_passes_equal_the_plain_path():
 def test_lora_gradients_equal_the_plain_path():
     from peft import LoraConfig, get_peft_model
 
-    from spreadrl.train.setup import peft_wrapping
+    from spreadrl.models.compat import peft_wrapping
 
     with peft_wrapping():
         model = get_peft_model(
@@ -251,7 +251,7 @@ def test_lora_gradients_equal_the_plain_path():
 
 
 def test_gradient_checkpointing_takes_the_plain_path():
-    from spreadrl.train.setup import enable_activation_checkpointing
+    from spreadrl.models.compat import enable_activation_checkpointing
 
     model = _model(seed=7)
     enable_activation_checkpointing(model)
@@ -287,7 +287,7 @@ def test_grpo_with_and_without_sharing_trains_the_same(tiny_model_dir, tmp_path,
 
     import spreadrl.train.update as update
     from spreadrl.config import load_config
-    from spreadrl.train import grpo
+    from spreadrl.train import learner
     from spreadrl.train.config import GRPOConfig
     from spreadrl.train.grpo import train_grpo
     from tests.train.equivalence import (
@@ -306,7 +306,7 @@ def test_grpo_with_and_without_sharing_trains_the_same(tiny_model_dir, tmp_path,
         return batch
 
     monkeypatch.setattr(update, "collate", spy)
-    monkeypatch.setattr(grpo, "build_optimizer", sgd_optimizer)
+    monkeypatch.setattr(learner, "build_optimizer", sgd_optimizer)
     runs = {}
     for shared in (True, False):
         out = tmp_path / f"shared-{shared}"

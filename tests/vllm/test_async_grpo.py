@@ -31,7 +31,7 @@ def test_async_grpo_on_vllm_reloads_published_weights_between_engine_steps(
 ):
     from transformers import AutoTokenizer
 
-    import spreadrl.train.async_steps as async_steps
+    import spreadrl.train.async_rollouts as async_rollouts
     from spreadrl.config import load_config
     from spreadrl.data.task import TaskSet
     from spreadrl.train.config import GRPOConfig
@@ -44,7 +44,7 @@ def test_async_grpo_on_vllm_reloads_published_weights_between_engine_steps(
     published: dict[str, list[float]] = {}  # folder -> the trainer's probe at that version
     applied: list[str] = []
     engines = []
-    write, reload = async_steps.FilesReload.write, async_steps.FilesReload.__call__
+    write, reload = async_rollouts.FilesReload.write, async_rollouts.FilesReload.__call__
 
     def spy_write(self, model):
         folder = write(self, model)
@@ -56,8 +56,8 @@ def test_async_grpo_on_vllm_reloads_published_weights_between_engine_steps(
         applied.append(str(payload))
         reload(self, payload)
 
-    monkeypatch.setattr(async_steps.FilesReload, "write", spy_write)
-    monkeypatch.setattr(async_steps.FilesReload, "__call__", spy_reload)
+    monkeypatch.setattr(async_rollouts.FilesReload, "write", spy_write)
+    monkeypatch.setattr(async_rollouts.FilesReload, "__call__", spy_reload)
     out = tmp_path / "run"
     cfg = load_config(
         GRPOConfig,
