@@ -81,13 +81,16 @@ class ManualDeadlines:
         self._pending: list[tuple[asyncio.AbstractEventLoop, asyncio.Future[None]]] = []
         self.armed = 0
 
-    async def __call__(self, timeout_s: float) -> None:
+    def __call__(self, timeout_s: float) -> asyncio.Future[None]:
+        # armed here, synchronously, when ``Admission.run`` asks for the deadline (before
+        # the request is counted as waiting): a coroutine would only arm at the loop's next
+        # turn, and a test that saw the queue grow could fire() before that turn came
         loop = asyncio.get_running_loop()
         future: asyncio.Future[None] = loop.create_future()
         with self._lock:
             self._pending.append((loop, future))
             self.armed += 1
-        await future
+        return future
 
     def fire(self) -> int:
         """Expire every deadline armed so far (callable from any thread); return how many."""

@@ -124,7 +124,9 @@ def test_a_request_waiting_for_a_slot_past_its_timeout_gets_504(app_factory, tin
         )
         queued.start()
         end = time.monotonic() + 20
-        while httpx.get(f"{url}/metrics").json()["queue_depth"] != 1 and time.monotonic() < end:
+        while (
+            httpx.get(f"{url}/metrics").json()["queue_depth"] != 1 or deadlines.armed != 2
+        ) and time.monotonic() < end:
             time.sleep(0.05)
         assert deadlines.fire() == 2  # both requests' time is up
         queued.join(timeout=30)
