@@ -41,7 +41,7 @@ from spreadrl.train.async_rollouts import (
 from spreadrl.train.batching import Sample
 from spreadrl.train.config import GRPOConfig
 from spreadrl.train.held_out import HeldOut
-from spreadrl.train.precision import compute_context
+from spreadrl.train.logprobs import compute_context
 from spreadrl.train.rollouts import StepRollouts
 
 

@@ -26,6 +26,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import torch
+from torch import nn
 
 # Below this many shared tokens a group's prefix is not worth a second forward call.
 MIN_SHARED_PREFIX = 32
@@ -210,3 +211,34 @@ def _prefix_rows(
         "prefix_index": torch.tensor(index, dtype=torch.long),
         "offsets": torch.tensor(cached, dtype=torch.long),
     }
+
+
+def prefix_sharing(model: nn.Module, min_tokens: int) -> int:
+    """The ``shared_prefix_min`` to collate with for ``model``: ``min_tokens``, or 0 (off)
+    under activation checkpointing and under FSDP.
+
+    Decide before :func:`collate`, which cuts the rows.
+    Activation checkpointing: a checkpointed decoder layer drops the KV cache it
+    is given (transformers sets ``past_key_values=None`` there: recomputing the
+    layer in backward would append to the cache a second time), so the
+    continuations could not see their prefix. FSDP2: the prefix pass is a second
+    forward of every layer before one backward; FSDP2's backward hooks (prefetch
+    by forward order, one reduce-scatter per forward) then issue their
+    collectives in an order that differs between ranks, and a two-rank run hung.
+    Both take the plain path, one full row per sample (the same values).
+    """
+    if _is_fsdp(model):
+        return 0
+    for name in ("is_activation_checkpointing", "is_gradient_checkpointing"):  # transformers 5, 4
+        on = getattr(model, name, None)  # a peft wrapper forwards it to its base model
+        if on is not None:
+            return 0 if on else min_tokens
+    return min_tokens
+
+
+def _is_fsdp(model: nn.Module) -> bool:
+    try:
+        from torch.distributed.fsdp import FSDPModule
+    except ImportError:  # torch without FSDP2
+        return False
+    return any(isinstance(m, FSDPModule) for m in model.modules())

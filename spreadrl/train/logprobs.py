@@ -44,7 +44,6 @@ from torch.utils.checkpoint import checkpoint
 
 from spreadrl.rollout.kv_cache import cache_name, output_cache
 from spreadrl.rollout.sampling import process_logits
-from spreadrl.train.precision import compute_context
 
 # CPU: float32 logits per chunk, 2**24 values (64 MiB); at a 151,936 vocabulary that is
 # 110 tokens, at the tiny preset's few thousand it is a whole micro-batch. Small on
@@ -190,27 +189,20 @@ def _head_swapped(model: nn.Module, replacement: nn.Module) -> Iterator[None]:
         model.set_output_embeddings(original)
 
 
-def prefix_sharing(model: nn.Module, min_tokens: int) -> int:
-    """The ``shared_prefix_min`` to collate with for ``model``: ``min_tokens``, or 0 (off)
-    under activation checkpointing and under FSDP.
+def compute_context(model: nn.Module, dtype: str) -> contextlib.AbstractContextManager[object]:
+    """Where forwards of ``model`` must run for ``dtype`` compute (see :mod:`spreadrl.train.precision`).
 
-    Decide before :func:`spreadrl.train.batching.collate`, which cuts the rows.
-    Activation checkpointing: a checkpointed decoder layer drops the KV cache it
-    is given (transformers sets ``past_key_values=None`` there: recomputing the
-    layer in backward would append to the cache a second time), so the
-    continuations could not see their prefix. FSDP2: the prefix pass is a second
-    forward of every layer before one backward; FSDP2's backward hooks (prefetch
-    by forward order, one reduce-scatter per forward) then issue their
-    collectives in an order that differs between ranks, and a two-rank run hung.
-    Both take the plain path, one full row per sample (the same values).
+    ``torch.autocast`` in one process; nothing under FSDP2, whose mixed-precision
+    policy (:func:`spreadrl.train.distributed.shard_model`) already hands the
+    forward bf16 parameters, nor for float32. Backward runs outside it, in the
+    dtypes the forward chose (as autocast asks). Every forward of the trained
+    model runs in it: these log-prob passes, and the hf rollouts that sample
+    with it.
     """
-    if _is_fsdp(model):
-        return 0
-    for name in ("is_activation_checkpointing", "is_gradient_checkpointing"):  # transformers 5, 4
-        on = getattr(model, name, None)  # a peft wrapper forwards it to its base model
-        if on is not None:
-            return 0 if on else min_tokens
-    return min_tokens
+    if dtype == "float32" or _is_fsdp(model):
+        return contextlib.nullcontext()
+    device = next(model.parameters()).device
+    return torch.autocast(device_type=device.type, dtype=getattr(torch, dtype))
 
 
 def _is_fsdp(model: nn.Module) -> bool:

@@ -26,11 +26,7 @@ engine always gets bf16 (or the compute dtype): it is cast at export.
 
 from __future__ import annotations
 
-import contextlib
 from dataclasses import dataclass
-
-import torch
-from torch import nn
 
 from spreadrl.errors import ConfigError
 
@@ -64,25 +60,3 @@ def resolve_precision(dtype: str, device: str, *, lora: bool = False) -> Precisi
     """The run's precision: fp32 master weights unless only adapters train (LoRA)."""
     compute = compute_dtype(dtype, device)
     return Precision(load=compute if lora else "float32", compute=compute)
-
-
-def compute_context(model: nn.Module, dtype: str) -> contextlib.AbstractContextManager[object]:
-    """Where forwards of ``model`` must run for ``dtype`` compute.
-
-    ``torch.autocast`` in one process; nothing under FSDP2, whose mixed-precision
-    policy (:func:`spreadrl.train.distributed.shard_model`) already hands the
-    forward bf16 parameters, nor for float32. Backward runs outside it, in the
-    dtypes the forward chose (as autocast asks).
-    """
-    if dtype == "float32" or _is_fsdp(model):
-        return contextlib.nullcontext()
-    device = next(model.parameters()).device
-    return torch.autocast(device_type=device.type, dtype=getattr(torch, dtype))
-
-
-def _is_fsdp(model: nn.Module) -> bool:
-    try:
-        from torch.distributed.fsdp import FSDPModule
-    except ImportError:  # torch without FSDP2
-        return False
-    return any(isinstance(m, FSDPModule) for m in model.modules())

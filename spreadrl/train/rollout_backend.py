@@ -23,8 +23,8 @@ from spreadrl.rollout.hf_policy import HFPolicy, stop_token_ids
 from spreadrl.rollout.policy import Policy
 from spreadrl.train.config import ModelConfig
 from spreadrl.train.distributed import DistInfo, gathered_params
+from spreadrl.train.logprobs import compute_context
 from spreadrl.train.plan import engine_capacity_line, engine_kv_tokens
-from spreadrl.train.precision import compute_context
 
 log = logging.getLogger(__name__)
 

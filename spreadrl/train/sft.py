@@ -18,10 +18,16 @@ from rich.console import Console
 from torch import nn
 from transformers import PreTrainedTokenizerBase
 
-from spreadrl.train.batching import MIN_SHARED_PREFIX, Sample, collate, pack_by_tokens
+from spreadrl.train.batching import (
+    MIN_SHARED_PREFIX,
+    Sample,
+    collate,
+    pack_by_tokens,
+    prefix_sharing,
+)
 from spreadrl.train.config import SFTConfig
 from spreadrl.train.distributed import all_reduce, rank_slice, shard_model
-from spreadrl.train.logprobs import prefix_sharing, sequence_logprobs
+from spreadrl.train.logprobs import sequence_logprobs
 from spreadrl.train.sampler import EpochShuffle, torch_permutation
 from spreadrl.train.setup import Checkpointed, Run, StopSignals, build_optimizer, build_scheduler
 from spreadrl.train.sft_data import load_sft_dataset
@@ -46,7 +52,7 @@ def sft_loss_step(
     system prompt, untrained) once per micro-batch, through the trainer's one
     log-prob path (:func:`spreadrl.train.logprobs.sequence_logprobs`); the same
     loss and gradients up to float rounding. Off under activation checkpointing and
-    FSDP (:func:`spreadrl.train.logprobs.prefix_sharing`). ``compute_dtype``: the
+    FSDP (:func:`spreadrl.train.batching.prefix_sharing`). ``compute_dtype``: the
     forward's dtype over the float32 master weights (:mod:`spreadrl.train.precision`).
     """
     prefix_min = prefix_sharing(model, MIN_SHARED_PREFIX if shared_prefix else 0)

@@ -21,10 +21,16 @@ from torch.optim import Optimizer
 from torch.optim.lr_scheduler import LRScheduler
 
 from spreadrl.rollout.config import RolloutConfig
-from spreadrl.train.batching import MIN_SHARED_PREFIX, Sample, collate, pack_by_tokens
+from spreadrl.train.batching import (
+    MIN_SHARED_PREFIX,
+    Sample,
+    collate,
+    pack_by_tokens,
+    prefix_sharing,
+)
 from spreadrl.train.config import GRPOOptimConfig, LossConfig
 from spreadrl.train.distributed import all_reduce
-from spreadrl.train.logprobs import prefix_sharing, sequence_logprobs
+from spreadrl.train.logprobs import sequence_logprobs
 from spreadrl.train.losses import kl_penalty, masked_mean, policy_loss, tis_weights
 
 

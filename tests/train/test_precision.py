@@ -8,7 +8,8 @@ import torch
 from spreadrl.errors import ConfigError
 from spreadrl.train.batching import Sample
 from spreadrl.train.config import ModelConfig, OptimConfig
-from spreadrl.train.precision import compute_context, compute_dtype, resolve_precision
+from spreadrl.train.logprobs import compute_context
+from spreadrl.train.precision import compute_dtype, resolve_precision
 from spreadrl.train.setup import build_model, build_optimizer
 from spreadrl.train.sft import sft_loss_step
 

@@ -15,9 +15,10 @@ from spreadrl.train.batching import (
     collate,
     common_untrained_prefix,
     pack_by_tokens,
+    prefix_sharing,
     shared_prefix_lengths,
 )
-from spreadrl.train.logprobs import prefix_sharing, sequence_logprobs
+from spreadrl.train.logprobs import sequence_logprobs
 from spreadrl.train.update import compute_logprobs, policy_update
 from tests.train.test_logprobs import tiny_qwen3 as _model
 from tests.train.update_args import logprob_args, update_args
