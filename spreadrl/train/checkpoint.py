@@ -164,6 +164,11 @@ def checkpoint_folder(root: Path, step: int) -> Path:
     return root / f"step-{step:06d}"
 
 
+def checkpoint_step(folder: Path) -> int:
+    """The step a checkpoint folder holds (the inverse of :func:`checkpoint_folder`)."""
+    return int(folder.name.removeprefix("step-"))
+
+
 def latest_checkpoint(root: Path) -> Path | None:
     """The newest complete checkpoint under ``root``, or None.
 

@@ -26,6 +26,7 @@ from typing import Any, TypeVar
 import torch
 import torch.distributed as dist
 from torch import nn
+from torch.optim import Optimizer
 
 T = TypeVar("T")
 
@@ -154,6 +155,21 @@ def reshard(model: nn.Module) -> None:
     for m in model.modules():
         if isinstance(m, FSDPModule):
             m.reshard()
+
+
+def release_for_generation(model: nn.Module, optimizer: Optimizer, device: str) -> None:
+    """Hand the memory the update used back before a rollout engine wakes on the same GPU.
+
+    Gradients are freed (``zero_grad(set_to_none=True)``: a full fine-tune's fp32
+    gradients are as large as its master weights), FSDP units drop any gathered
+    parameters (only this rank's shards stay), and on CUDA the caching allocator
+    returns its free blocks to the driver, where vLLM's allocator can take them
+    (vLLM allocates outside torch's cache and cannot reuse its blocks).
+    """
+    optimizer.zero_grad(set_to_none=True)
+    reshard(model)
+    if str(device).startswith("cuda"):
+        torch.cuda.empty_cache()
 
 
 def all_reduce(value: float, op: str = "sum") -> float:

@@ -26,7 +26,8 @@ from spreadrl.train.config import GRPOConfig
 from spreadrl.train.learner import Learner
 from spreadrl.train.rollout_sources import open_rollouts
 from spreadrl.train.rollouts import to_samples
-from spreadrl.train.setup import Run, StopSignals
+from spreadrl.train.setup import Run
+from spreadrl.train.signals import StopSignals
 from spreadrl.train.step_metrics import report_step, step_metrics
 
 
@@ -47,7 +48,7 @@ def train_grpo(
     Raises:
         RunStopped: SIGINT or SIGTERM (on any rank) stopped the run after a whole
             step, saved as a checkpoint that the same command resumes from
-            (see :class:`spreadrl.train.setup.StopSignals`).
+            (see :class:`spreadrl.train.signals.StopSignals`).
     """
     console = console or Console()
     run = Run.start(cfg, console, seed_per_rank=True)

@@ -20,13 +20,19 @@ from transformers import PreTrainedTokenizerBase
 
 from spreadrl.rollout.types import Trajectory
 from spreadrl.train.batching import Sample
-from spreadrl.train.checkpoint import TrainerState
+from spreadrl.train.checkpoint import TrainerState, load_trainer_state
 from spreadrl.train.config import GRPOConfig, GRPOOptimConfig, LossConfig
-from spreadrl.train.distributed import DistInfo, gathered_params, shard_model
-from spreadrl.train.memory import PeakMemory, release_for_generation
+from spreadrl.train.distributed import (
+    DistInfo,
+    gathered_params,
+    release_for_generation,
+    shard_model,
+)
+from spreadrl.train.memory import PeakMemory
+from spreadrl.train.optimizer import build_optimizer, build_scheduler
 from spreadrl.train.reference import Reference, build_reference
 from spreadrl.train.rollouts import StepSource
-from spreadrl.train.setup import Checkpointed, Run, build_optimizer, build_scheduler
+from spreadrl.train.setup import Checkpointed, Run
 from spreadrl.train.update import (
     Scoring,
     compute_logprobs,
@@ -58,9 +64,8 @@ class Learner:
         """The policy (from the newest checkpoint when resuming), its reference, AdamW and the
         LR schedule; sharded under torchrun; restored when resuming."""
         info, compute = run.info, run.precision.compute
-        model, tokenizer = run.build_model(cfg.model)
-        source = run.reference_source(model, cfg.model, cfg.loss)
-        reference = build_reference(source, cfg.loss, dtype=compute)
+        model, tokenizer, start = run.build_policy(cfg.model, cfg.loss)
+        reference = build_reference(start, cfg.loss, dtype=compute)
         shard_model(model, info, compute_dtype=compute)
         if reference is not None and reference.separate:
             shard_model(reference.model, info, compute_dtype=compute)
@@ -68,7 +73,9 @@ class Learner:
         per_step = updates_per_step(cfg.rollout, cfg.optim)
         optimizer = build_optimizer(model, cfg.optim)
         scheduler = build_scheduler(optimizer, cfg.optim, cfg.steps * per_step)
-        resumed = run.resume(model, optimizer, scheduler)
+        resumed = None
+        if run.resume_from is not None:
+            resumed = load_trainer_state(run.resume_from, model, optimizer, scheduler, info)
         return cls(
             model=model,
             tokenizer=tokenizer,

@@ -12,10 +12,6 @@ import contextlib
 from pathlib import Path
 
 import torch
-from torch import nn
-from torch.optim import Optimizer
-
-from spreadrl.train.distributed import reshard
 
 _STATUS = Path("/proc/self/status")
 _CLEAR_REFS = Path("/proc/self/clear_refs")
@@ -68,18 +64,3 @@ class PeakMemory:
         """Peak since ``reset()`` minus the memory in use at ``reset()``, in GiB."""
         peak = self.peak_bytes()
         return None if peak is None else max(0, peak - self.start) / 2**30
-
-
-def release_for_generation(model: nn.Module, optimizer: Optimizer, device: str) -> None:
-    """Hand the memory the update used back before a rollout engine wakes on the same GPU.
-
-    Gradients are freed (``zero_grad(set_to_none=True)``: a full fine-tune's fp32
-    gradients are as large as its master weights), FSDP units drop any gathered
-    parameters (only this rank's shards stay), and on CUDA the caching allocator
-    returns its free blocks to the driver, where vLLM's allocator can take them
-    (vLLM allocates outside torch's cache and cannot reuse its blocks).
-    """
-    optimizer.zero_grad(set_to_none=True)
-    reshard(model)
-    if str(device).startswith("cuda"):
-        torch.cuda.empty_cache()

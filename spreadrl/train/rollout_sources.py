@@ -30,9 +30,10 @@ from spreadrl.rollout.types import Trajectory
 from spreadrl.train.async_steps import AsyncSteps
 from spreadrl.train.batching import Sample
 from spreadrl.train.config import GRPOConfig
+from spreadrl.train.distributed import release_for_generation
 from spreadrl.train.held_out import HeldOut
 from spreadrl.train.learner import Learner
-from spreadrl.train.memory import PeakMemory, release_for_generation
+from spreadrl.train.memory import PeakMemory
 from spreadrl.train.rollout_backend import build_rollout_policy, generating
 from spreadrl.train.rollouts import Collector, StepRollouts, StepSource
 from spreadrl.train.sampler import EpochShuffle

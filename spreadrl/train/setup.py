@@ -1,24 +1,18 @@
-"""Builders shared by the SFT and GRPO recipes: model (+LoRA), optimizer, schedule, seeds."""
+"""What the SFT and GRPO recipes set up alike: the run (folder, process group, seeds,
+precision, checkpoints) and the model (+LoRA)."""
 
 from __future__ import annotations
 
-import contextlib
-import math
-import os
 import random
-import signal
-import threading
-from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from types import FrameType
 
 import numpy as np
 import torch
 from rich.console import Console
 from torch import nn
 from torch.optim import Optimizer
-from torch.optim.lr_scheduler import LambdaLR, LRScheduler
+from torch.optim.lr_scheduler import LRScheduler
 from transformers import PreTrainedTokenizerBase
 
 from spreadrl.config import config_to_dict, dump_config
@@ -26,10 +20,9 @@ from spreadrl.errors import RunStopped, SpreadrlError
 from spreadrl.models.compat import enable_activation_checkpointing, peft_wrapping
 from spreadrl.models.init import load_model_and_tokenizer
 from spreadrl.train.checkpoint import (
-    TrainerState,
     checkpoint_folder,
+    checkpoint_step,
     latest_checkpoint,
-    load_trainer_state,
     save_checkpoint,
     save_model,
 )
@@ -38,10 +31,9 @@ from spreadrl.train.config import (
     GRPOConfig,
     LossConfig,
     ModelConfig,
-    OptimConfig,
     SFTConfig,
 )
-from spreadrl.train.distributed import DistInfo, all_reduce, cleanup, init_distributed
+from spreadrl.train.distributed import DistInfo, cleanup, init_distributed
 from spreadrl.train.precision import Precision, resolve_precision
 from spreadrl.train.timeouts import collective_timeout_s
 from spreadrl.train.tracking import MetricsLog, build_metrics_log
@@ -97,118 +89,6 @@ def build_model(
     return model, tokenizer
 
 
-def build_optimizer(model: nn.Module, optim_cfg: OptimConfig) -> Optimizer:
-    """AdamW over the trainable parameters (LoRA: the adapters only)."""
-    params = [p for p in model.parameters() if p.requires_grad]
-    if not params:
-        raise SpreadrlError("the model has no trainable parameters")
-    return torch.optim.AdamW(
-        params,
-        lr=optim_cfg.lr,
-        weight_decay=optim_cfg.weight_decay,
-        betas=(optim_cfg.betas[0], optim_cfg.betas[1]),
-    )
-
-
-def build_scheduler(optimizer: Optimizer, optim_cfg: OptimConfig, total_steps: int) -> LRScheduler:
-    """Linear warmup, then constant, linear or cosine decay to zero."""
-    warmup = max(0, int(optim_cfg.warmup_steps))
-    kind = optim_cfg.schedule
-
-    def factor(step: int) -> float:
-        if warmup and step < warmup:
-            return (step + 1) / warmup
-        if kind == "constant":
-            return 1.0
-        progress = min(1.0, (step - warmup) / max(1, total_steps - warmup))
-        if kind == "linear":
-            return 1.0 - progress
-        return 0.5 * (1.0 + math.cos(math.pi * progress))
-
-    return LambdaLR(optimizer, factor)
-
-
-class StopSignals:
-    """SIGINT (Ctrl-C) and SIGTERM (a scheduler's preemption) stop a run after a whole step.
-
-    A signal only sets a flag. At each step boundary every rank calls
-    :meth:`requested`, which under torchrun is one ``all_reduce`` (max) of the
-    signal number, so all ranks learn together that some rank was signalled and
-    stop after the same step; they then save the same checkpoint together
-    (:func:`spreadrl.train.checkpoint.save_checkpoint` is collective under FSDP2:
-    the full model state dict is gathered to rank 0, the optimizer state is
-    saved sharded by every rank with ``torch.distributed.checkpoint``, and each
-    rank writes its RNG state). Ranks that reacted on their own, at different
-    points, would deadlock in a collective or write a torn checkpoint. A signal
-    never interrupts a step: rollouts, update, metrics and checkpoint of the
-    step under way finish, so the checkpoint is always a whole step.
-
-    What torchrun does (read in torch 2.13's ``torch.distributed.elastic`` and
-    ``torch.distributed.run``): the launcher handles SIGTERM, SIGINT, SIGHUP and
-    SIGQUIT (``--signals-to-handle``). On one it sends that same signal to each
-    local worker's process group (``os.killpg``; workers start in a session of
-    their own, so a terminal's Ctrl-C reaches only torchrun, which forwards it as
-    SIGINT), waits ``--shutdown-timeout`` seconds (default 30, or
-    ``TORCH_ELASTIC_SHUTDOWN_TIMEOUT``), SIGKILLs the workers still alive, and
-    then exits non-zero itself (it re-raises the signal as ``SignalException``).
-    The step under way and the save must fit in that grace period. If the
-    SIGKILL comes first, nothing is torn: a checkpoint is written to a
-    temporary folder, renamed when complete, and ``latest`` is switched last, so
-    the previous checkpoint stays the one a rerun resumes from.
-
-    Further signals while stopping (Slurm signals every process of the job and
-    torchrun forwards its own copy, so a rank often gets two) are reported and
-    ignored: they never cut the save short. Only SIGKILL stops at once. Outside
-    the main thread, where Python cannot handle signals, this does nothing.
-    """
-
-    SIGNALS = (signal.SIGINT, signal.SIGTERM)
-
-    def __init__(self, rank: int | None = None) -> None:
-        self.label = f"[rank {rank}] " if rank is not None else ""  # under torchrun
-        self.received = 0  # the first signal's number; 0 for none
-        self._previous: dict[int, Callable[[int, FrameType | None], object] | int | None] = {}
-
-    def install(self) -> None:
-        if self._previous or threading.current_thread() is not threading.main_thread():
-            return
-        for sig in self.SIGNALS:
-            self._previous[sig] = signal.signal(sig, self._catch)
-
-    def restore(self) -> None:
-        """Give the signals back to the handlers they had before :meth:`install`."""
-        for sig, previous in self._previous.items():
-            signal.signal(sig, previous if previous is not None else signal.SIG_DFL)
-        self._previous.clear()
-
-    def _catch(self, signum: int, frame: FrameType | None) -> None:
-        name = signal.Signals(signum).name
-        if not self.received:
-            self.received = signum
-            text = f"{name}: stopping after the step under way, then saving a checkpoint"
-        else:
-            text = (
-                f"{name} again: already stopping; a checkpoint is renamed into place only "
-                "once complete, so kill -9 now keeps the previous one"
-            )
-        # os.write, not print or logging: a handler may run in the middle of a write to
-        # the same stream, where a buffered writer raises "reentrant call"; and a closed
-        # stderr must not turn the notice into an exception raised inside the step
-        with contextlib.suppress(OSError):
-            os.write(2, f"{self.label}{text}\n".encode())
-
-    def requested(self, info: DistInfo) -> str | None:
-        """At a step boundary, on every rank alike: the signal's name if any rank got one.
-
-        Under torchrun this is a collective (one ``all_reduce``), so every rank
-        must call it at the same point of every step.
-        """
-        received = self.received
-        if info.enabled:
-            received = int(all_reduce(float(received), op="max"))
-        return signal.Signals(received).name if received else None
-
-
 @dataclass
 class Run:
     """What the SFT and GRPO recipes set up alike: the run folder, the process group,
@@ -246,6 +126,9 @@ class Run:
         np.random.seed(seed % 2**32)
         torch.manual_seed(seed)
         root = Path(cfg.checkpoint.dir) if cfg.checkpoint.dir else out / "checkpoints"
+        resume_from = latest_checkpoint(root)
+        if resume_from is not None and info.is_main:
+            console.print(f"resuming from {resume_from} at step {checkpoint_step(resume_from)}")
         return cls(
             info=info,
             precision=resolve_precision(cfg.model.dtype, device, lora=cfg.model.lora.enabled),
@@ -253,7 +136,7 @@ class Run:
             console=console,
             checkpoint=cfg.checkpoint,
             ckpt_root=root,
-            resume_from=latest_checkpoint(root),
+            resume_from=resume_from,
             metrics=build_metrics_log(cfg.logging, out, resolved, main=info.is_main),
         )
 
@@ -262,30 +145,23 @@ class Run:
         path = str(self.resume_from) if self.resume_from else None
         return build_model(model_cfg, self.precision, self.info.device, path=path)
 
-    def reference_source(
-        self, model: nn.Module, model_cfg: ModelConfig, loss: LossConfig
-    ) -> nn.Module:
-        """The model a KL reference is made from: the starting weights, also on resume.
+    def build_policy(
+        self, model_cfg: ModelConfig, loss: LossConfig
+    ) -> tuple[nn.Module, PreTrainedTokenizerBase, nn.Module]:
+        """The GRPO policy (from the newest checkpoint when resuming), its tokenizer, and
+        the model its KL reference is made from: the starting weights, also on resume.
 
         A checkpoint holds the policy as trained, so when resuming a full
-        fine-tune the starting model (``model.name_or_path``) is loaded again; a
-        resumed run would otherwise measure KL against its own last weights. A
-        LoRA policy is its own source: its base, adapters disabled, never trains.
+        fine-tune with a KL term the starting model (``model.name_or_path``) is
+        loaded again; a resumed run would otherwise measure KL against its own last
+        weights. A LoRA policy is its own source: its base, adapters disabled,
+        never trains.
         """
+        model, tokenizer = self.build_model(model_cfg)
         if loss.kl_coef <= 0 or self.resume_from is None or hasattr(model, "disable_adapter"):
-            return model
+            return model, tokenizer, model
         start, _ = build_model(model_cfg, self.precision, self.info.device)
-        return start
-
-    def resume(
-        self, model: nn.Module, optimizer: Optimizer, scheduler: LRScheduler
-    ) -> TrainerState | None:
-        """Restore optimizer, scheduler and RNG; return the saved extra state, or None."""
-        if self.resume_from is None:
-            return None
-        state = load_trainer_state(self.resume_from, model, optimizer, scheduler, self.info)
-        self.console.print(f"resumed from {self.resume_from} at step {state['step']}")
-        return state
+        return model, tokenizer, start
 
     def save(self, step: int, parts: Checkpointed, extra: dict[str, object]) -> None:
         save_checkpoint(
@@ -319,7 +195,7 @@ class Run:
     ) -> RunStopped:
         """Save ``step`` (unless ``saved`` already) on every rank; the exception to raise.
 
-        Called on every rank after the same step (see :class:`StopSignals`).
+        Called on every rank after the same step (see :class:`spreadrl.train.signals.StopSignals`).
         """
         if not saved:
             self.save(step, parts, extra)

@@ -25,12 +25,15 @@ from spreadrl.train.batching import (
     pack_by_tokens,
     prefix_sharing,
 )
+from spreadrl.train.checkpoint import load_trainer_state
 from spreadrl.train.config import SFTConfig
 from spreadrl.train.distributed import all_reduce, rank_slice, shard_model
 from spreadrl.train.logprobs import sequence_logprobs
+from spreadrl.train.optimizer import build_optimizer, build_scheduler
 from spreadrl.train.sampler import EpochShuffle, torch_permutation
-from spreadrl.train.setup import Checkpointed, Run, StopSignals, build_optimizer, build_scheduler
+from spreadrl.train.setup import Checkpointed, Run
 from spreadrl.train.sft_data import load_sft_dataset
+from spreadrl.train.signals import StopSignals
 
 
 def sft_loss_step(
@@ -98,7 +101,7 @@ def train_sft(
     Raises:
         RunStopped: SIGINT or SIGTERM (on any rank) stopped the run after a whole
             step, saved as a checkpoint that the same command resumes from
-            (see :class:`spreadrl.train.setup.StopSignals`).
+            (see :class:`spreadrl.train.signals.StopSignals`).
     """
     console = console or Console()
     if shared_prefix is None:
@@ -118,7 +121,9 @@ def train_sft(
     shard_model(model, info, compute_dtype=compute)
     optimizer = build_optimizer(model, cfg.optim)
     scheduler = build_scheduler(optimizer, cfg.optim, steps)
-    state = run.resume(model, optimizer, scheduler)
+    state = None
+    if run.resume_from is not None:
+        state = load_trainer_state(run.resume_from, model, optimizer, scheduler, info)
     start = state["step"] if state else 0
     order = EpochShuffle(data.samples, cfg.seed, permutation=torch_permutation)
     if state:

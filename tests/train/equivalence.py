@@ -116,7 +116,7 @@ SGD_OVERRIDES = ("optim.lr=0.2", "optim.grad_clip=1e6")
 def sgd_optimizer(model: Any, optim_cfg: Any) -> torch.optim.Optimizer:
     """Plain SGD at the recipe's ``optim.lr``: stands in for AdamW in the equivalence runs.
 
-    Same signature as ``spreadrl.train.setup.build_optimizer``; runs patch the name
+    Same signature as ``spreadrl.train.optimizer.build_optimizer``; runs patch the name
     the recipe calls, ``spreadrl.train.learner.build_optimizer`` (in process with
     monkeypatch, launched ranks through ``tests/train/sgd_spreadrl.py``).
     """

@@ -12,7 +12,7 @@ import spreadrl.train.learner as learner
 from spreadrl.cli.main import main
 from tests.train.equivalence import sgd_optimizer
 
-# the name the GRPO learner calls (it imports build_optimizer from setup at module level)
+# the name the GRPO learner calls (it imports build_optimizer from optimizer.py at module level)
 learner.build_optimizer = sgd_optimizer
 
 if __name__ == "__main__":

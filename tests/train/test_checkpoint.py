@@ -2,7 +2,13 @@ import random
 
 import torch
 
-from spreadrl.train.checkpoint import latest_checkpoint, load_trainer_state, save_checkpoint
+from spreadrl.train.checkpoint import (
+    checkpoint_folder,
+    checkpoint_step,
+    latest_checkpoint,
+    load_trainer_state,
+    save_checkpoint,
+)
 
 
 class _Tiny(torch.nn.Module):
@@ -61,3 +67,8 @@ def test_keep_prunes_old_checkpoints_and_latest_points_at_newest(tmp_path):
 
 def test_no_checkpoint_means_none(tmp_path):
     assert latest_checkpoint(tmp_path) is None
+
+
+def test_checkpoint_step_reads_back_the_step_a_folder_was_named_for(tmp_path):
+    for step in (1, 12, 1_234_567):  # past six digits the name just grows
+        assert checkpoint_step(checkpoint_folder(tmp_path, step)) == step

@@ -123,7 +123,7 @@ def test_logprob_chunks_grow_with_free_cuda_memory_and_stay_small_on_cpu(monkeyp
 def test_release_for_generation_frees_gradients_and_empties_the_cuda_cache(tiny_model, monkeypatch):
     import torch
 
-    from spreadrl.train.memory import release_for_generation
+    from spreadrl.train.distributed import release_for_generation
 
     model, _ = tiny_model
     optimizer = torch.optim.AdamW(model.parameters(), lr=1e-3)
@@ -141,8 +141,9 @@ _FSDP_SCRIPT = """
 import sys, torch
 from torch.distributed.tensor import DTensor
 from transformers import AutoModelForCausalLM
-from spreadrl.train.distributed import cleanup, gathered_params, init_distributed, shard_model
-from spreadrl.train.memory import release_for_generation
+from spreadrl.train.distributed import (
+    cleanup, gathered_params, init_distributed, release_for_generation, shard_model,
+)
 
 def sharded(model):
     return all(isinstance(p, DTensor) for p in model.parameters())

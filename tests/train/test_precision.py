@@ -9,8 +9,9 @@ from spreadrl.errors import ConfigError
 from spreadrl.train.batching import Sample
 from spreadrl.train.config import ModelConfig, OptimConfig
 from spreadrl.train.logprobs import compute_context
+from spreadrl.train.optimizer import build_optimizer
 from spreadrl.train.precision import compute_dtype, resolve_precision
-from spreadrl.train.setup import build_model, build_optimizer
+from spreadrl.train.setup import build_model
 from spreadrl.train.sft import sft_loss_step
 
 STEPS = 3

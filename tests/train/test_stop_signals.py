@@ -17,8 +17,8 @@ from rich.console import Console
 from spreadrl.errors import RunStopped
 from spreadrl.train.checkpoint import checkpoint_folder, latest_checkpoint, save_checkpoint
 from spreadrl.train.distributed import DistInfo
-from spreadrl.train.setup import StopSignals
 from spreadrl.train.sft import train_sft
+from spreadrl.train.signals import StopSignals
 from tests.train.test_checkpoint import _setup
 from tests.train.test_sft_e2e import _cfg, _losses, _rows, _write
 from tests.train.test_sft_on_step import _weights
