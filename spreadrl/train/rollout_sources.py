@@ -22,6 +22,7 @@ from torch.optim import Optimizer
 from spreadrl.data.sources import resolve_tasks
 from spreadrl.data.task import TaskSet
 from spreadrl.env.factory import make_env_pool
+from spreadrl.rollout.chat import EpisodeChat
 from spreadrl.rollout.colocate import ColocatedRollouts
 from spreadrl.rollout.hf_policy import HFPolicy
 from spreadrl.rollout.policy import Policy
@@ -76,11 +77,23 @@ def open_rollouts(
     if pool is None:
         pool = resources.enter_context(make_env_pool(cfg.env, workers=cfg.rollout.concurrency))
     try:  # a pool built here is closed again if what follows fails
-        held_out = HeldOut(eval_tasks, pool, tokenizer, cfg, model, info)
-
+        chat = EpisodeChat.of(tokenizer)  # the format read off the chat template once
+        held_out = HeldOut(
+            eval_tasks,
+            pool,
+            chat,
+            cfg.eval,
+            cfg.rollout,
+            steps=cfg.steps,
+            seed=cfg.seed,
+            max_prompt_tokens=cfg.data.max_prompt_tokens,
+            compute_dtype=learner.scoring.compute_dtype,
+            model=model,
+            info=info,
+        )
         collect = Collector(
             pool,
-            tokenizer,
+            chat,
             tasks,
             sampler,
             cfg.rollout,

@@ -14,7 +14,6 @@ from typing import NamedTuple, Protocol
 
 import torch
 from torch import nn
-from transformers import PreTrainedTokenizerBase
 
 from spreadrl.data.task import TaskSet
 from spreadrl.rollout.chat import EpisodeChat
@@ -99,7 +98,7 @@ def score_groups(
 def collect_rollouts(
     policy: Policy,
     pool: EnvPoolLike,
-    tokenizer: PreTrainedTokenizerBase,
+    chat: EpisodeChat,
     tasks: TaskSet,
     sampler: EpochShuffle[tuple[str, int]],
     rollout: RolloutConfig,
@@ -117,7 +116,6 @@ def collect_rollouts(
     own slice, whole groups at a time, so advantages need no communication.
     Refill rounds stop on a per-rank count, which keeps ranks independent."""
     G = rollout.group_size
-    chat = EpisodeChat.of(tokenizer)  # the step's episode sets share one chat format
     info = info or DistInfo()
     want = rollout.prompts_per_step // info.world_size  # divisible: check_world_size
     trajs: list[Trajectory] = []
@@ -169,7 +167,7 @@ class Collector:
     rollout source calls once per step (in the producer's thread in asynchronous mode)."""
 
     pool: EnvPoolLike
-    tokenizer: PreTrainedTokenizerBase
+    chat: EpisodeChat  # built once per run: every step's episode sets share it
     tasks: TaskSet
     sampler: EpochShuffle[tuple[str, int]]
     rollout: RolloutConfig
@@ -184,7 +182,7 @@ class Collector:
         return collect_rollouts(
             policy,
             self.pool,
-            self.tokenizer,
+            self.chat,
             self.tasks,
             self.sampler,
             self.rollout,

@@ -18,15 +18,15 @@ from tests.rollout.fakes import FakePool, make_task
 
 def test_eval_due_every_n_steps_and_after_the_last():
     cfg = load_config(GRPOConfig, None, ["steps=5", "eval.every_steps=2"])
-    assert [s for s in range(1, 6) if eval_due(cfg, s)] == [2, 4, 5]
+    assert [s for s in range(1, 6) if eval_due(cfg.eval, s, cfg.steps)] == [2, 4, 5]
     off = load_config(GRPOConfig, None, ["steps=5"])
-    assert not any(eval_due(off, s) for s in range(1, 6))
+    assert not any(eval_due(off.eval, s, off.steps) for s in range(1, 6))
 
 
 def test_held_out_jobs_take_the_first_cases_and_samples():
     tasks = TaskSet(Path("."), [make_task()])
     cfg = load_config(GRPOConfig, None, ["eval.samples=3", "eval.max_cases=1"])
-    jobs = held_out_jobs(tasks, cfg)
+    jobs = held_out_jobs(tasks, cfg.eval)
     assert [(j.task.id, j.case, j.sample) for j in jobs] == [
         ("t1", 1, 0),
         ("t1", 1, 1),
