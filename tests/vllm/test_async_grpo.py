@@ -14,10 +14,14 @@ import json
 from pathlib import Path
 
 import pytest
-from rich.console import Console
 
-from tests.vllm.conftest import close_engine
-from tests.vllm.test_grpo import _engine_probe, _trainer_probe
+from tests.vllm.conftest import (
+    close_engine,
+    engine_probe,
+    probe_ids,
+    train_grpo_on_vllm,
+    trainer_probe,
+)
 
 pytestmark = pytest.mark.vllm
 
@@ -29,18 +33,9 @@ STEPS = 4
 def test_async_grpo_on_vllm_reloads_published_weights_between_engine_steps(
     qwen3_tiny, tmp_path, monkeypatch
 ):
-    from transformers import AutoTokenizer
-
     import spreadrl.train.async_rollouts as async_rollouts
-    from spreadrl.config import load_config
-    from spreadrl.data.task import TaskSet
-    from spreadrl.train.config import GRPOConfig
-    from spreadrl.train.grpo import train_grpo
-    from tests.rollout.fakes import FakePool, make_task
 
-    probe = AutoTokenizer.from_pretrained(qwen3_tiny).encode(
-        "<|im_start|>user\nPut 42 in A1.<|im_end|>\n<|im_start|>assistant\nDone."
-    )
+    probe = probe_ids(qwen3_tiny)
     published: dict[str, list[float]] = {}  # folder -> the trainer's probe at that version
     applied: list[str] = []
     engines = []
@@ -48,7 +43,7 @@ def test_async_grpo_on_vllm_reloads_published_weights_between_engine_steps(
 
     def spy_write(self, model):
         folder = write(self, model)
-        published[folder] = _trainer_probe(model, probe)
+        published[folder] = trainer_probe(model, probe)
         engines.append(self.policy)
         return folder
 
@@ -59,43 +54,18 @@ def test_async_grpo_on_vllm_reloads_published_weights_between_engine_steps(
     monkeypatch.setattr(async_rollouts.FilesReload, "write", spy_write)
     monkeypatch.setattr(async_rollouts.FilesReload, "__call__", spy_reload)
     out = tmp_path / "run"
-    cfg = load_config(
-        GRPOConfig,
-        None,
-        [
-            f"model.name_or_path={qwen3_tiny}",
-            f"output_dir={out}",
-            f"steps={STEPS}",
-            "device=cpu",
-            "model.dtype=float32",
-            "rollout.backend=vllm",
-            "rollout.weight_sync=files",
-            "rollout.max_staleness=1",
-            "data.max_prompt_tokens=1024",
-            "rollout.group_size=2",
-            "rollout.prompts_per_step=2",
-            "rollout.max_turns=2",
-            "rollout.max_new_tokens_per_turn=16",
-            "rollout.max_response_tokens=64",
-            "rollout.concurrency=0",
-            "optim.micro_batch_tokens=512",
-            "optim.lr=1e-2",
-            "optim.weight_decay=0.0",
-            "loss.entropy_coef=1.0",
-            "sampling.mode=keep",
-            "env.tools=[write_range]",
-        ],
-    )
+    two_turns_one_step_stale = [
+        "rollout.max_staleness=1",
+        "rollout.prompts_per_step=2",
+        "rollout.max_turns=2",
+        "rollout.max_new_tokens_per_turn=16",
+        "rollout.max_response_tokens=64",
+    ]
     try:
-        train_grpo(
-            cfg,
-            console=Console(quiet=True),
-            pool=FakePool(),
-            tasks=TaskSet(Path("."), [make_task()]),
-        )
+        train_grpo_on_vllm(qwen3_tiny, out, STEPS, two_turns_one_step_stale)
         assert applied, "the producer never reloaded published weights"
         last = applied[-1]
-        engine = _engine_probe(engines[0], probe)
+        engine = engine_probe(engines[0], probe)
     finally:
         if engines:
             close_engine(engines[0])

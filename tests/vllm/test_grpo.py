@@ -17,13 +17,17 @@ Tolerance: as in test_engine.py (float32 on both sides, kernels differ: ~1e-5;
 from __future__ import annotations
 
 import json
-from pathlib import Path
 
 import pytest
 import torch
-from rich.console import Console
 
-from tests.vllm.conftest import close_engine
+from tests.vllm.conftest import (
+    close_engine,
+    engine_probe,
+    probe_ids,
+    train_grpo_on_vllm,
+    trainer_probe,
+)
 
 pytestmark = pytest.mark.vllm
 
@@ -31,37 +35,11 @@ TOL = 1e-3
 STEPS = 3
 
 
-def _engine_probe(policy, probe):
-    from vllm import SamplingParams
-
-    params = SamplingParams(temperature=1.0, max_tokens=1, prompt_logprobs=0)
-    (out,) = policy.llm.generate(
-        [{"prompt_token_ids": probe}], sampling_params=[params], use_tqdm=False
-    )
-    return [step[t].logprob for step, t in zip(out.prompt_logprobs[1:], probe[1:], strict=True)]
-
-
-def _trainer_probe(model, probe):
-    with torch.no_grad():
-        logits = model(torch.tensor([probe])).logits.float()
-    logp = logits.log_softmax(-1)[0, :-1]
-    return logp.gather(-1, torch.tensor(probe[1:])[:, None])[:, 0].tolist()
-
-
 @pytest.mark.timeout(1500)
 def test_grpo_on_vllm_weights_arrive_after_every_sync(qwen3_tiny, tmp_path, monkeypatch):
-    from transformers import AutoTokenizer
-
-    from spreadrl.config import load_config
-    from spreadrl.data.task import TaskSet
     from spreadrl.rollout.colocate import ColocatedRollouts, FilesSync
-    from spreadrl.train.config import GRPOConfig
-    from spreadrl.train.grpo import train_grpo
-    from tests.rollout.fakes import FakePool, make_task
 
-    probe = AutoTokenizer.from_pretrained(qwen3_tiny).encode(
-        "<|im_start|>user\nPut 42 in A1.<|im_end|>\n<|im_start|>assistant\nDone."
-    )
+    probe = probe_ids(qwen3_tiny)
     seen: list[tuple[list[float], list[float], torch.Tensor]] = []
     engines = []
     send = ColocatedRollouts.before_rollouts
@@ -71,43 +49,18 @@ def test_grpo_on_vllm_weights_arrive_after_every_sync(qwen3_tiny, tmp_path, monk
         assert isinstance(self.sync, FilesSync)
         engines.append(self.policy)
         embed = model.get_input_embeddings().weight.detach().clone()
-        seen.append((_engine_probe(self.policy, probe), _trainer_probe(model, probe), embed))
+        seen.append((engine_probe(self.policy, probe), trainer_probe(model, probe), embed))
 
     monkeypatch.setattr(ColocatedRollouts, "before_rollouts", probed)
     out = tmp_path / "run"
-    cfg = load_config(
-        GRPOConfig,
-        None,
-        [
-            f"model.name_or_path={qwen3_tiny}",
-            f"output_dir={out}",
-            f"steps={STEPS}",
-            "device=cpu",
-            "model.dtype=float32",
-            "rollout.backend=vllm",
-            "rollout.weight_sync=files",
-            "data.max_prompt_tokens=1024",
-            "rollout.group_size=2",
-            "rollout.prompts_per_step=1",
-            "rollout.max_turns=1",
-            "rollout.max_new_tokens_per_turn=8",
-            "rollout.max_response_tokens=16",
-            "rollout.concurrency=0",
-            "optim.micro_batch_tokens=512",
-            "optim.lr=1e-2",
-            "optim.weight_decay=0.0",
-            "loss.entropy_coef=1.0",
-            "sampling.mode=keep",
-            "env.tools=[write_range]",
-        ],
-    )
+    one_turn = [
+        "rollout.prompts_per_step=1",
+        "rollout.max_turns=1",
+        "rollout.max_new_tokens_per_turn=8",
+        "rollout.max_response_tokens=16",
+    ]
     try:
-        train_grpo(
-            cfg,
-            console=Console(quiet=True),
-            pool=FakePool(),
-            tasks=TaskSet(Path("."), [make_task()]),
-        )
+        train_grpo_on_vllm(qwen3_tiny, out, STEPS, one_turn)
     finally:
         if engines:
             close_engine(engines[0])
