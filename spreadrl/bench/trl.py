@@ -243,7 +243,7 @@ def same_prompts(model_dir: Path, shape: Shape) -> list[RenderedPrompt]:
     from spreadrl.models.init import load_model_and_tokenizer
     from spreadrl.rollout.chat import EpisodeChat
     from spreadrl.rollout.episode import EpisodeJob, start_episodes
-    from spreadrl.train.rollouts import rollout_run
+    from spreadrl.rollout.types import RunValues
     from spreadrl.train.sampler import EpochShuffle
 
     cfg = spreadrl_config(model_dir, shape, model_dir.parent / "prompts-run")  # never written
@@ -253,7 +253,8 @@ def same_prompts(model_dir: Path, shape: Shape) -> list[RenderedPrompt]:
     draws = sampler.next(shape.prompts * shape.steps)
     jobs = [EpisodeJob(tasks.get(tid), case, i) for i, (tid, case) in enumerate(draws)]
     with make_env_pool(cfg.env) as pool:
-        run, chat = rollout_run(cfg, cfg.seed), EpisodeChat.of(tokenizer)
+        run = RunValues(seed=cfg.seed, max_prompt_tokens=cfg.data.max_prompt_tokens)
+        chat = EpisodeChat.of(tokenizer)
         states = start_episodes(pool, jobs, cfg.rollout, run, chat)
     out: list[RenderedPrompt] = []
     for state in states:

@@ -23,15 +23,10 @@ from spreadrl.rollout.runner import EnvPoolLike, EpisodeJob, RunValues, run_epis
 from spreadrl.rollout.types import Trajectory
 from spreadrl.train.advantages import group_advantages, nonconstant_groups
 from spreadrl.train.batching import Sample
-from spreadrl.train.config import DynamicSamplingConfig, GRPOConfig, RewardConfig
+from spreadrl.train.config import DynamicSamplingConfig, RewardConfig
 from spreadrl.train.distributed import DistInfo, rank_slice
 from spreadrl.train.rewards import shape_reward
 from spreadrl.train.sampler import EpochShuffle
-
-
-def rollout_run(cfg: GRPOConfig, seed: int) -> RunValues:
-    """What a rollout round runs with beside ``cfg.rollout``: its seed and the prompt budget."""
-    return RunValues(seed=seed, max_prompt_tokens=cfg.data.max_prompt_tokens)
 
 
 class StepRollouts(NamedTuple):
