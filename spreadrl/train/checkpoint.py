@@ -214,3 +214,17 @@ def load_trainer_state(
     if rng_file.exists():
         set_rng_state(torch.load(rng_file, weights_only=False))
     return state
+
+
+def resume_trainer_state(
+    folder: Path | None,
+    model: nn.Module,
+    optimizer: Optimizer,
+    scheduler: LRScheduler,
+    info: DistInfo,
+) -> TrainerState | None:
+    """:func:`load_trainer_state` from a run's resume point; None for a new run (``folder``
+    None: no checkpoint to resume)."""
+    if folder is None:
+        return None
+    return load_trainer_state(folder, model, optimizer, scheduler, info)

@@ -20,7 +20,7 @@ from transformers import PreTrainedTokenizerBase
 
 from spreadrl.rollout.types import Trajectory
 from spreadrl.train.batching import Sample
-from spreadrl.train.checkpoint import TrainerState, load_trainer_state
+from spreadrl.train.checkpoint import TrainerState, resume_trainer_state
 from spreadrl.train.config import GRPOConfig, GRPOOptimConfig, LossConfig
 from spreadrl.train.distributed import (
     DistInfo,
@@ -73,9 +73,7 @@ class Learner:
         per_step = updates_per_step(cfg.rollout, cfg.optim)
         optimizer = build_optimizer(model, cfg.optim)
         scheduler = build_scheduler(optimizer, cfg.optim, cfg.steps * per_step)
-        resumed = None
-        if run.resume_from is not None:
-            resumed = load_trainer_state(run.resume_from, model, optimizer, scheduler, info)
+        resumed = resume_trainer_state(run.resume_from, model, optimizer, scheduler, info)
         return cls(
             model=model,
             tokenizer=tokenizer,

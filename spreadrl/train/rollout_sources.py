@@ -78,6 +78,7 @@ def open_rollouts(
         pool = resources.enter_context(make_env_pool(cfg.env, workers=cfg.rollout.concurrency))
     try:  # a pool built here is closed again if what follows fails
         chat = EpisodeChat.of(tokenizer)  # the format read off the chat template once
+        compute = learner.scoring.compute_dtype
         held_out = HeldOut(
             eval_tasks,
             pool,
@@ -87,7 +88,7 @@ def open_rollouts(
             steps=cfg.steps,
             seed=cfg.seed,
             max_prompt_tokens=cfg.data.max_prompt_tokens,
-            compute_dtype=learner.scoring.compute_dtype,
+            compute_dtype=compute,
             model=model,
             info=info,
         )
@@ -103,7 +104,6 @@ def open_rollouts(
             seed=cfg.seed,
             info=info,
         )
-        compute = learner.scoring.compute_dtype
         if not cfg.rollout.max_staleness:
             source: StepSource = SyncRollouts(
                 collect,

@@ -25,7 +25,7 @@ from spreadrl.train.batching import (
     pack_by_tokens,
     prefix_sharing,
 )
-from spreadrl.train.checkpoint import load_trainer_state
+from spreadrl.train.checkpoint import resume_trainer_state
 from spreadrl.train.config import SFTConfig
 from spreadrl.train.distributed import all_reduce, rank_slice, shard_model
 from spreadrl.train.logprobs import sequence_logprobs
@@ -121,9 +121,7 @@ def train_sft(
     shard_model(model, info, compute_dtype=compute)
     optimizer = build_optimizer(model, cfg.optim)
     scheduler = build_scheduler(optimizer, cfg.optim, steps)
-    state = None
-    if run.resume_from is not None:
-        state = load_trainer_state(run.resume_from, model, optimizer, scheduler, info)
+    state = resume_trainer_state(run.resume_from, model, optimizer, scheduler, info)
     start = state["step"] if state else 0
     order = EpochShuffle(data.samples, cfg.seed, permutation=torch_permutation)
     if state:
