@@ -12,13 +12,19 @@ sampled turns gave the model (``docs/thinking.md`` has the table).
 
 from __future__ import annotations
 
+import json
+import threading
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
 import pytest
 
 from spreadrl.models.qwen3 import load_qwen3_tokenizer
 from spreadrl.rollout.chat import EpisodeChat, chat_format, hermes_tool_call
 from spreadrl.rollout.config import RolloutConfig
+from spreadrl.rollout.openai_policy import OpenAIPolicy
 from spreadrl.rollout.parsing import parse_assistant_turn
 from spreadrl.rollout.runner import EpisodeJob, run_episodes
+from spreadrl.rollout.types import Trajectory
 from spreadrl.train.sft_data import encode_conversation
 from tests.rollout.fakes import make_task
 from tests.rollout.test_chat_qwen3 import (
@@ -94,3 +100,144 @@ def test_sft_row_without_reasoning_is_trained_as_empty_reasoning(thinking_tokeni
 
 def _count(ids, pattern):
     return sum(ids[i : i + len(pattern)] == pattern for i in range(len(ids)))
+
+
+class TemplateServer(BaseHTTPRequestHandler):
+    """An OpenAI-compatible server rendering every request with the tokenizer's chat template.
+
+    It answers with the scripted turns, split as vLLM's reasoning and Hermes tool
+    parsers split them (``mode``: ``reasoning_content`` or ``reasoning`` for the
+    field the reasoning comes back in, ``inline`` for a server without a
+    reasoning parser), streamed or not, and keeps the prompt ids of each request.
+    Messages reach the template with every field they were sent with, as vLLM
+    and ``spreadrl serve`` pass them."""
+
+    tok = None
+    texts: list = []
+    mode = "reasoning_content"
+    prompts: list = []
+
+    def log_message(self, *args):
+        pass
+
+    def do_POST(self):
+        body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+        cls = type(self)
+        text = cls.tok.apply_chat_template(
+            body["messages"], tools=body.get("tools"), tokenize=False, add_generation_prompt=True
+        )
+        cls.prompts.append(cls.tok.encode(text, add_special_tokens=False))
+        turn = sum(m["role"] == "assistant" for m in body["messages"])
+        message = self.split(cls.texts[turn])
+        if body.get("stream"):
+            payload, kind = self.events(message), "text/event-stream"
+        else:
+            choice = {"message": {"role": "assistant", **message}, "finish_reason": "stop"}
+            payload, kind = json.dumps({"choices": [choice]}), "application/json"
+        data = payload.encode()
+        self.send_response(200)
+        self.send_header("Content-Type", kind)
+        self.send_header("Content-Length", str(len(data)))
+        self.end_headers()
+        self.wfile.write(data)
+
+    def split(self, text):
+        if self.mode == "inline":
+            return {"content": text}
+        reasoning, _, content = text.partition("</think>")
+        message = {self.mode: reasoning, "content": content}
+        if "<tool_call>" in content:
+            message["content"], *blocks = content.split("<tool_call>")
+            calls = [json.loads(b.split("</tool_call>")[0]) for b in blocks]
+            message["tool_calls"] = [
+                {
+                    "id": f"call_{i}",
+                    "type": "function",
+                    "function": {"name": c["name"], "arguments": json.dumps(c["arguments"])},
+                }
+                for i, c in enumerate(calls)
+            ]
+        if not message["content"].strip():
+            message["content"] = None
+        return message
+
+    def events(self, message):
+        deltas = [{"role": "assistant", "content": ""}]
+        for key in ("reasoning_content", "reasoning", "content"):
+            value = message.get(key) or ""
+            deltas += [{key: value[i : i + 5]} for i in range(0, len(value), 5)]
+        for index, call in enumerate(message.get("tool_calls") or []):
+            fn = call["function"]
+            deltas.append(
+                {
+                    "tool_calls": [
+                        {
+                            "index": index,
+                            "id": call["id"],
+                            "function": {"name": fn["name"], "arguments": ""},
+                        }
+                    ]
+                }
+            )
+            args = fn["arguments"]
+            deltas += [
+                {"tool_calls": [{"index": index, "function": {"arguments": args[i : i + 4]}}]}
+                for i in range(0, len(args), 4)
+            ]
+        chunks = [{"choices": [{"index": 0, "delta": d, "finish_reason": None}]} for d in deltas]
+        chunks.append({"choices": [{"index": 0, "delta": {}, "finish_reason": "stop"}]})
+        return "".join(f"data: {json.dumps(c)}\n\n" for c in chunks) + "data: [DONE]\n\n"
+
+
+@pytest.fixture()
+def template_server(thinking_tokenizer):
+    server = ThreadingHTTPServer(("127.0.0.1", 0), TemplateServer)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    TemplateServer.tok, TemplateServer.prompts = thinking_tokenizer, []
+    yield f"http://127.0.0.1:{server.server_address[1]}/v1"
+    server.shutdown()
+    server.server_close()
+
+
+@pytest.mark.parametrize(
+    ("mode", "stream"),
+    [
+        ("reasoning_content", False),
+        ("reasoning", True),
+        ("reasoning_content", True),
+        ("inline", False),
+    ],
+)
+def test_openai_backend_gives_the_model_the_rollouts_context(
+    thinking_tokenizer, template_server, mode, stream
+):
+    """``eval --backend openai`` against a server with a reasoning parser: the reasoning
+    read from the reply (either name, streamed or not) is saved and sent back, so the
+    server renders, at turn 2 and after, the very ids a token-level rollout appended."""
+    tok = thinking_tokenizer
+    fmt = chat_format(tok)
+    texts = [fmt.assistant_text(body, r) for body, (r, _, _) in zip(bodies(), SCRIPT, strict=True)]
+    sampler, reference = rollout(tok, texts)
+    TemplateServer.texts, TemplateServer.mode = texts, mode
+    policy = OpenAIPolicy("m", base_url=template_server, stream=stream)
+    settings = RolloutConfig(max_calls_per_turn=2, max_response_tokens=4096)
+    out = run_episodes(policy, Pool(), [EpisodeJob(make_task())], settings)
+    policy.close()
+    (t,) = out.trajectories
+    assert t.passed and t.turns == len(SCRIPT) and t.tool_calls == 3 and t.parse_errors == 0
+    assert len(TemplateServer.prompts) == len(SCRIPT)
+    for turn, ids in enumerate(TemplateServer.prompts):
+        assert ids == sampler.contexts[turn], turn
+    assert THINK_CLOSE in TemplateServer.prompts[1]
+    # the saved trajectory keeps the reasoning, as the token-level rollout saved it
+    saved = Trajectory.from_json(json.loads(json.dumps(t.to_json(with_tokens=False))))
+    if mode != "inline":
+        assistant = [m for m in saved.messages if m["role"] == "assistant"]
+        assert [m["reasoning_content"] for m in assistant] == [r for r, _, _ in SCRIPT]
+    steps = [
+        saved.metadata["assistant_turns"][k]["reasoning_content"]
+        for k in sorted(saved.metadata["assistant_turns"], key=int)
+    ]
+    assert steps == [r for r, _, _ in SCRIPT]
+    assert len(reference.messages) == len(saved.messages)
