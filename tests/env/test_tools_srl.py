@@ -89,9 +89,9 @@ def test_both_presets_write_through_one_implementation(tmp_path, monkeypatch):
     def broken(*args: Any, **kwargs: Any) -> Any:
         raise ToolError("shared write path")
 
-    assert srl.write_values is edit.write_values  # the preset imports the gym's own writer
+    assert srl.edit.write_values is edit.write_values  # the preset imports the gym's own writer
     monkeypatch.setattr(edit, "write_values", broken)
-    monkeypatch.setattr(srl, "write_values", broken)
+    monkeypatch.setattr(srl.edit, "write_values", broken)
     ctx = make_ctx(tmp_path)
     with pytest.raises(ToolError, match="shared write path"):
         TOOLS["write_range"].call(ctx, {"range": "A1", "values": 1})
