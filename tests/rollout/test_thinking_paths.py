@@ -29,6 +29,7 @@ from spreadrl.train.sft_data import encode_conversation
 from tests.rollout.fakes import make_task
 from tests.rollout.test_chat_qwen3 import (
     IM_END,
+    OBSERVATIONS,
     SCRIPT,
     THINKING_TEMPLATE,
     Pool,
@@ -241,3 +242,72 @@ def test_openai_backend_gives_the_model_the_rollouts_context(
     ]
     assert steps == [r for r, _, _ in SCRIPT]
     assert len(reference.messages) == len(saved.messages)
+
+
+def observation(arguments):
+    """What the test pool answers a write (the client's own tool run, in the chat tests)."""
+    ok = "values" in arguments
+    return "wrote A1" if ok and arguments["range"] == "A1" else OBSERVATIONS[arguments["range"]]
+
+
+def chat_client_episode(client, messages, tools, echo):
+    """A client's agent loop over serve's chat endpoint until a turn calls no tool.
+
+    ``echo``: the name the client sends each turn's reasoning back under,
+    ``inline`` for a ``<think>`` block in front of the content, or None for a
+    client that drops it."""
+    messages = list(messages)
+    while True:
+        body = {"messages": messages, "tools": tools, "max_tokens": 512, "temperature": 0}
+        response = client.post("/v1/chat/completions", json=body)
+        assert response.status_code == 200, response.text
+        message = response.json()["choices"][0]["message"]
+        reasoning = message.pop("reasoning_content", None)
+        if echo == "inline":
+            message["content"] = f"<think>\n{reasoning}\n</think>\n\n{message['content'] or ''}"
+        elif echo is not None:
+            message[echo] = reasoning
+        messages.append(message)
+        for call in message.get("tool_calls") or []:
+            content = observation(json.loads(call["function"]["arguments"]))
+            messages.append({"role": "tool", "tool_call_id": call["id"], "content": content})
+        if not message.get("tool_calls"):
+            return messages
+
+
+@pytest.mark.parametrize("echo", ["reasoning_content", "reasoning", "inline", None])
+def test_serve_chat_renders_echoed_reasoning_as_the_rollout(thinking_tokenizer, tmp_path, echo):
+    """A multi-turn chat with ``spreadrl serve``: a client that echoes each turn's
+    reasoning (under either name) gets, at every turn, the prompt ids a token-level
+    rollout gave the model; one that drops it gets empty <think> blocks from turn 2 on."""
+    from fastapi.testclient import TestClient
+
+    from spreadrl.serve.app import create_app
+    from spreadrl.serve.schemas import ServeSettings
+
+    tok = thinking_tokenizer
+    fmt = chat_format(tok)
+    texts = [fmt.assistant_text(body, r) for body, (r, _, _) in zip(bodies(), SCRIPT, strict=True)]
+    reference, t = rollout(tok, texts)
+    second = fmt.assistant_text("B2 is empty.", "A new question; answer it.")
+    policy = ScriptedSampler(tok, [*texts, second])
+    app = create_app(ServeSettings(model_name="m"), policy, tok, work_dir=tmp_path)
+    with TestClient(app) as client:
+        messages = chat_client_episode(client, t.messages[:2], t.tools, echo)
+        assert len(policy.contexts) == len(SCRIPT)
+        if echo is not None:
+            assert policy.contexts == reference.contexts
+        else:
+            assert policy.contexts[0] == reference.contexts[0]
+            assert policy.contexts[1] != reference.contexts[1]
+            shown = tok.decode(policy.contexts[1])
+            assert SCRIPT[0][0] not in shown and "<think>\n\n</think>\n\n<tool_call>" in shown
+        # a second user query: the template drops the earlier rounds' reasoning, echoed
+        # or not, so the context is no longer the previous one extended (never trained on)
+        messages.append({"role": "user", "content": "Is B2 empty?"})
+        chat_client_episode(client, messages, t.tools, echo)
+    previous, latest = policy.contexts[-2], policy.contexts[-1]
+    assert latest[: len(previous)] != previous
+    shown = tok.decode(latest)
+    assert not any(reasoning in shown for reasoning, _, _ in SCRIPT)
+    assert shown.count("<think>") == 1 and shown.endswith("<|im_start|>assistant\n<think>\n")
