@@ -29,6 +29,12 @@ def check(
     engine: str = typer.Option(
         "hybrid", "--engine", help="Recalculation engine: hybrid, ironcalc or libreoffice."
     ),
+    scoring: str = typer.Option(
+        "hybrid",
+        "--scoring",
+        help="hybrid (spreadrl's reward) or spreadsheetbench (SpreadsheetBench's own path: "
+        "LibreOffice's conversion of each output, its value rules; --engine unused).",
+    ),
 ) -> None:
     """Score outputs: soft/hard accuracy for a task set, or every mismatching cell of one output.
 
@@ -39,22 +45,27 @@ def check(
       spreadrl check --task tasks/sum-col --output 1_sum-col_output.xlsx --case 1
 
       spreadrl check tasks/ --task sum-col --output out.xlsx
+
+      spreadrl check tasks/ --outputs runs/outputs --scoring spreadsheetbench
     """
     from rich.console import Console
 
+    from spreadrl.env.checker import check_scoring_name
+
     check_engine_name(engine, "--engine")
+    check_scoring_name(scoring, "--scoring")
     console = Console()
     if task is not None or output is not None:
         if task is None or output is None:
             raise SpreadrlError("checking one output needs both --task and --output")
-        _check_one(console, tasks_dir, task, output, case, engine)
+        _check_one(console, tasks_dir, task, output, case, engine, scoring)
         return
     if tasks_dir is None or outputs is None:
         raise SpreadrlError(
             "give TASKS_DIR --outputs DIR to score a task set, or --task T --output FILE "
             "(see `spreadrl check --help`)"
         )
-    _check_set(console, tasks_dir, outputs, json_path, engine)
+    _check_set(console, tasks_dir, outputs, json_path, engine, scoring)
 
 
 def _load_one_task(tasks_dir: Path | None, task: str):
@@ -76,7 +87,13 @@ def _load_one_task(tasks_dir: Path | None, task: str):
 
 
 def _check_one(
-    console, tasks_dir: Path | None, task_arg: str, output: Path, case: int, engine: str
+    console,
+    tasks_dir: Path | None,
+    task_arg: str,
+    output: Path,
+    case: int,
+    engine: str,
+    scoring: str,
 ):
     from rich.table import Table
 
@@ -91,12 +108,13 @@ def _check_one(
         raise SpreadrlError(f"--output {output}: file not found")
     task = _load_one_task(tasks_dir, task_arg)
     result = check_workbook(
-        output, task.case(case).answer_path, task.answer_position, engine=engine
+        output, task.case(case).answer_path, task.answer_position, engine=engine, scoring=scoring
     )
     verdict = "[green]PASS[/]" if result.passed else "[red]FAIL[/]"
     console.print(
         f"{verdict} task {plain(task.id)} case {case}: {result.checked_cells} cells checked "
-        f"at {plain(repr(task.answer_position))}, {len(result.mismatches)} mismatching",
+        f"at {plain(repr(task.answer_position))}, {len(result.mismatches)} mismatching "
+        f"(scoring: {scoring})",
         highlight=False,
     )
     if result.mismatches:
@@ -110,7 +128,9 @@ def _check_one(
         raise typer.Exit(1)
 
 
-def _check_set(console, tasks_dir: Path, outputs: Path, json_path: Path | None, engine: str):
+def _check_set(
+    console, tasks_dir: Path, outputs: Path, json_path: Path | None, engine: str, scoring: str
+):
     from rich.table import Table
 
     from spreadrl.env.checker import score_task
@@ -120,7 +140,7 @@ def _check_set(console, tasks_dir: Path, outputs: Path, json_path: Path | None, 
     task_set = load_tasks(tasks_dir)
     if not len(task_set):
         raise SpreadrlError(f"{tasks_dir}: no tasks to score")
-    scores = [score_task(task, outputs, engine=engine) for task in task_set]
+    scores = [score_task(task, outputs, engine=engine, scoring=scoring) for task in task_set]
     table = Table("task", "cases passed", "soft", "hard", "missing outputs")
     for s in scores:
         passed = sum(r.passed for r in s.results.values())
@@ -133,11 +153,13 @@ def _check_set(console, tasks_dir: Path, outputs: Path, json_path: Path | None, 
     hard = sum(s.hard for s in scores) / len(scores)
     n_missing = sum(len(s.missing) for s in scores)
     console.print(
-        f"{len(scores)} tasks: soft accuracy {soft:.2%}, hard accuracy {hard:.2%}"
+        f"{len(scores)} tasks ({scoring} scoring): soft accuracy {soft:.2%}, "
+        f"hard accuracy {hard:.2%}"
         + (f"; {n_missing} missing outputs (counted as failures)" if n_missing else "")
     )
     if json_path is not None:
         payload = {
+            "scoring": scoring,
             "soft": soft,
             "hard": hard,
             "tasks": [

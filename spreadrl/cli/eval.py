@@ -47,6 +47,7 @@ FLAG_KEYS = {
     "concurrency": "rollout.concurrency",
     "env": "env.kind",
     "preset": "env.tools",
+    "scoring": "env.scoring",
 }
 """Each flag is a shorthand for one recipe key; a flag given wins over the recipe."""
 
@@ -99,6 +100,11 @@ def evaluate(
         "episodes; vllm) | auto.",
     ),
     skip_bad: bool = typer.Option(False, help="Skip broken tasks instead of stopping."),
+    scoring: str = typer.Option(
+        None,
+        help="hybrid (default reward) | spreadsheetbench (SpreadsheetBench's own scoring: "
+        "LibreOffice conversion and its rules; env.scoring).",
+    ),
 ) -> None:
     if ctx.invoked_subcommand is not None:
         return
@@ -135,6 +141,7 @@ def evaluate(
         "concurrency": concurrency,
         "env": env,
         "preset": preset,
+        "scoring": scoring,
     }
     flags = [f"{FLAG_KEYS[name]}={value}" for name, value in given.items() if value is not None]
     if env == "code" and preset is None:
@@ -179,7 +186,12 @@ def evaluate(
             samples=samples,
             k_values=sorted({1, samples} | {k for k in (2, 4, 8, 16) if k < samples}),
             batch_size=batch_size,
-            meta={"model": model, "backend": backend, "tasks": tasks},
+            meta={
+                "model": model,
+                "backend": backend,
+                "tasks": tasks,
+                "scoring": cfg.env.scoring,
+            },
         )
     render_report(report, console, title=f"{backend} on {plain(tasks)}")
     console.print(
@@ -213,14 +225,22 @@ def load_eval_recipe(recipe: Path | None, overrides: list[str]) -> GRPOConfig:
 
 
 @app.command("compare")
-def compare(run_a: Path, run_b: Path) -> None:
+def compare(
+    run_a: Path,
+    run_b: Path,
+    mixed_scoring: bool = typer.Option(
+        False,
+        "--mixed-scoring",
+        help="Compare reports scored two ways (hybrid vs spreadsheetbench) anyway.",
+    ),
+) -> None:
     """Print two eval reports side by side and the cases that flipped."""
     from rich.console import Console
     from rich.table import Table
 
     from spreadrl.eval.report import compare_reports, load_report
 
-    diff = compare_reports(load_report(run_a), load_report(run_b))
+    diff = compare_reports(load_report(run_a), load_report(run_b), mixed_scoring=mixed_scoring)
     table = Table(title="eval compare")
     table.add_column("metric")
     table.add_column(plain(run_a), justify="right")
@@ -229,6 +249,8 @@ def compare(run_a: Path, run_b: Path) -> None:
         table.add_row(key, _fmt(a), _fmt(b))
     console = Console()
     console.print(table)
+    if diff["scoring"][0] != diff["scoring"][1]:
+        console.print(f"[yellow]scored two ways:[/] {diff['scoring'][0]} vs {diff['scoring'][1]}")
     console.print(f"improved cases: {len(diff['improved'])}  regressed: {len(diff['regressed'])}")
     for label in ("improved", "regressed"):
         for case in diff[label][:20]:

@@ -27,7 +27,7 @@ from spreadrl.data.task import Task
 from spreadrl.env.recalc.errors import FAILS_CHECK
 from spreadrl.env.recalc.values import WorkbookValues, load_values
 from spreadrl.env.types import Mismatch
-from spreadrl.errors import WorkbookError
+from spreadrl.errors import ConfigError, WorkbookError
 
 # ---------------------------------------------------------------- value rules
 
@@ -98,15 +98,20 @@ def check_workbook(
     answer_position: str,
     *,
     engine: str = "hybrid",
+    scoring: str = "hybrid",
 ) -> CheckResult:
     """Compare ``output_path`` with ``answer_path`` on every cell of ``answer_position``.
 
     A missing or unreadable output, or a sheet missing from it, gives a failed
     result with the reason; an unreadable answer raises WorkbookError. A formula
     cell the engine could not compute (``#NAME?``/``#N/IMPL!`` after a recalc)
-    is a mismatch and is listed in ``errors``.
+    is a mismatch and is listed in ``errors``. ``scoring="spreadsheetbench"``
+    gives SpreadsheetBench's own verdict instead (:mod:`spreadrl.env.sbench`;
+    ``engine`` is then unused).
     """
     output_path, answer_path = Path(output_path), Path(answer_path)
+    if scoring != "hybrid":
+        return check_many([(output_path, answer_path, answer_position)], scoring=scoring)[0]
     positions = parse_answer_position(answer_position)
     if not answer_path.is_file():
         raise WorkbookError(f"{answer_path}: answer workbook does not exist")
@@ -167,6 +172,39 @@ def check_workbook(
     return CheckResult(not mismatches, mismatches, errors, checked, cell_engines)
 
 
+def check_many(
+    triples: list[tuple[Path, Path, str]], *, engine: str = "hybrid", scoring: str = "hybrid"
+) -> list[CheckResult]:
+    """:func:`check_workbook` on many (output, answer, answer_position) triples.
+
+    With ``scoring="spreadsheetbench"`` every output is converted by one LibreOffice
+    process (starting one per file would cost seconds each); the hybrid checks one by one.
+    """
+    check_scoring_name(scoring, "scoring")
+    if scoring == "hybrid":
+        return [check_workbook(o, a, p, engine=engine) for o, a, p in triples]
+    from spreadrl.env.sbench import sbench_check
+
+    for _, answer, _ in triples:
+        if not Path(answer).is_file():
+            raise WorkbookError(f"{answer}: answer workbook does not exist")
+    verdicts = sbench_check(
+        [t[0] for t in triples], [t[1] for t in triples], [t[2] for t in triples]
+    )
+    return [
+        CheckResult(not mismatches, mismatches, notes, checked, {})
+        for mismatches, checked, notes in verdicts
+    ]
+
+
+def check_scoring_name(name: str, where: str) -> None:
+    """Raise a ConfigError naming ``where`` unless ``name`` is a scoring this checker has."""
+    from spreadrl.env.sbench import SCORINGS
+
+    if name not in SCORINGS:
+        raise ConfigError(f"{where} {name!r}: unknown scoring; choose one of {', '.join(SCORINGS)}")
+
+
 def _engine_failure(
     book: WorkbookValues, sheet: str, row: int, column: int, value: object, bad: frozenset[str]
 ) -> str:
@@ -210,18 +248,18 @@ class TaskScore:
         return float(bool(self.results) and all(r.passed for r in self.results.values()))
 
 
-def score_task(task: Task, outputs_dir: Path, *, engine: str = "hybrid") -> TaskScore:
+def score_task(
+    task: Task, outputs_dir: Path, *, engine: str = "hybrid", scoring: str = "hybrid"
+) -> TaskScore:
     """Check ``{n}_{id}_output.xlsx`` in ``outputs_dir`` for every case of ``task``.
 
     A missing output is a failed case and is listed in ``missing``.
     """
-    results: dict[int, CheckResult] = {}
-    missing: list[int] = []
-    for case in task.cases:
-        output = Path(outputs_dir) / task.output_name(case.index)
-        if not output.is_file():
-            missing.append(case.index)
-        results[case.index] = check_workbook(
-            output, case.answer_path, task.answer_position, engine=engine
-        )
+    outputs = [Path(outputs_dir) / task.output_name(case.index) for case in task.cases]
+    missing = [c.index for c, o in zip(task.cases, outputs, strict=True) if not o.is_file()]
+    triples = [
+        (o, c.answer_path, task.answer_position) for c, o in zip(task.cases, outputs, strict=True)
+    ]
+    checked = check_many(triples, engine=engine, scoring=scoring)
+    results = {c.index: r for c, r in zip(task.cases, checked, strict=True)}
     return TaskScore(task.id, results, missing)

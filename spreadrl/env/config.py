@@ -83,6 +83,12 @@ class EnvConfig(Section):
         "Recalculation engine for recalculate_and_read and scoring: hybrid (the checker's), "
         "ironcalc, libreoffice.",
     )
+    scoring: Literal["hybrid", "spreadsheetbench"] = option(
+        "hybrid",
+        "How the reward scores an output: hybrid (recalculate with env.engine, Excel's rules) "
+        "or spreadsheetbench (SpreadsheetBench's own path: LibreOffice's conversion, its "
+        "value rules and quirks; needs soffice; docs/checker.md).",
+    )
     sandbox_mode: Literal["auto", "strict", "rlimit"] = option(
         "auto",
         "code_interpreter sandbox: auto (bwrap, else rlimit with a warning), strict, rlimit.",
@@ -113,6 +119,10 @@ class EnvConfig(Section):
                 f"env.tools is {tools!r}"
             )
         check_engine_name(self.engine, "env.engine")
+        if self.scoring not in ("hybrid", "spreadsheetbench"):
+            raise ConfigError(
+                f"env.scoring is {self.scoring!r}; use one of hybrid, spreadsheetbench"
+            )
         for name in ("max_tool_calls", "max_observation_chars", "page_cells", "max_write_cells"):
             if getattr(self, name) < 1:
                 raise ConfigError(f"env.{name} must be at least 1, got {getattr(self, name)}")

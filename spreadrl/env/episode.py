@@ -159,7 +159,11 @@ class SpreadsheetEnv:
         task_case = self.task.case(self.case)
         # through the module, so a test can watch the reward's one call
         check = checker.check_workbook(
-            path, task_case.answer_path, self.task.answer_position, engine=self.config.engine
+            path,
+            task_case.answer_path,
+            self.task.answer_position,
+            engine=self.config.engine,
+            scoring=self.config.scoring,
         )
         kept = self._keep_output(path, output_path)
         reason = self.stop_reason or (

@@ -112,6 +112,7 @@ def render_report(report: dict[str, Any], console: Console, title: str = "Evalua
         f"{report['episodes']} ({report['cases']} x {report['samples_per_case']})",
     )
     table.add_row("pass@1", f"{100 * report['pass@1']:.1f}% ± {100 * report['pass@1_ci95']:.1f}")
+    table.add_row("scoring", report_scoring(report))
     for k, v in report["pass@k"].items():
         if k != "1":
             table.add_row(f"pass@{k}", f"{100 * v:.1f}%")
@@ -188,12 +189,32 @@ def _is_number(value: object) -> bool:
     return isinstance(value, int | float) and not isinstance(value, bool)
 
 
-def compare_reports(a: dict[str, Any], b: dict[str, Any]) -> dict[str, Any]:
-    """Headline deltas and the cases whose pass@1 went up or down between two runs."""
+def report_scoring(report: dict[str, Any]) -> str:
+    """How a report's outputs were scored; a report from before ``scoring`` was hybrid."""
+    return str(report.get("scoring") or "hybrid")
+
+
+def compare_reports(
+    a: dict[str, Any], b: dict[str, Any], *, mixed_scoring: bool = False
+) -> dict[str, Any]:
+    """Headline deltas and the cases whose pass@1 went up or down between two runs.
+
+    Two reports scored two ways (the hybrid reward vs SpreadsheetBench's own
+    scoring) measure different things: a case can flip with no change in the model.
+    That is refused unless ``mixed_scoring``.
+    """
+    scorings = (report_scoring(a), report_scoring(b))
+    if scorings[0] != scorings[1] and not mixed_scoring:
+        raise SpreadrlError(
+            f"the reports were scored two ways ({scorings[0]} vs {scorings[1]}): their pass "
+            "rates differ by scoring, not only by model; rerun one with --scoring "
+            f"{scorings[0]}, or pass --mixed-scoring to compare them anyway"
+        )
     metrics = {k: (a.get(k), b.get(k)) for k in COMPARED}
     ca, cb = a.get("per_case", {}), b.get("per_case", {})
     common = sorted(set(ca) & set(cb))
     return {
+        "scoring": scorings,
         "metrics": metrics,
         "improved": [c for c in common if cb[c] > ca[c]],
         "regressed": [c for c in common if cb[c] < ca[c]],
