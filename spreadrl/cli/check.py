@@ -10,6 +10,7 @@ import typer
 from spreadrl.cli.console import plain
 from spreadrl.data.task import load_tasks
 from spreadrl.env.config import check_engine_name
+from spreadrl.env.recalc.locale import check_locale_name
 from spreadrl.errors import SpreadrlError
 
 
@@ -35,6 +36,12 @@ def check(
         help="hybrid (spreadrl's reward) or spreadsheetbench (SpreadsheetBench's own path: "
         "LibreOffice's conversion of each output, its value rules; --engine unused).",
     ),
+    locale: str = typer.Option(
+        "en-US",
+        "--locale",
+        help="Locale TEXT and number formats render in (en-US, de-DE, zh-CN, ...), or auto: "
+        "read from each answer's cached TEXT results.",
+    ),
 ) -> None:
     """Score outputs: soft/hard accuracy for a task set, or every mismatching cell of one output.
 
@@ -54,18 +61,20 @@ def check(
 
     check_engine_name(engine, "--engine")
     check_scoring_name(scoring, "--scoring")
+    check_locale_name(locale, "--locale")
+    options = {"engine": engine, "scoring": scoring, "locale": locale}
     console = Console()
     if task is not None or output is not None:
         if task is None or output is None:
             raise SpreadrlError("checking one output needs both --task and --output")
-        _check_one(console, tasks_dir, task, output, case, engine, scoring)
+        _check_one(console, tasks_dir, task, output, case, options)
         return
     if tasks_dir is None or outputs is None:
         raise SpreadrlError(
             "give TASKS_DIR --outputs DIR to score a task set, or --task T --output FILE "
             "(see `spreadrl check --help`)"
         )
-    _check_set(console, tasks_dir, outputs, json_path, engine, scoring)
+    _check_set(console, tasks_dir, outputs, json_path, options)
 
 
 def _load_one_task(tasks_dir: Path | None, task: str):
@@ -92,8 +101,7 @@ def _check_one(
     task_arg: str,
     output: Path,
     case: int,
-    engine: str,
-    scoring: str,
+    options: dict[str, str],
 ):
     from rich.table import Table
 
@@ -107,14 +115,12 @@ def _check_one(
     if not output.exists():
         raise SpreadrlError(f"--output {output}: file not found")
     task = _load_one_task(tasks_dir, task_arg)
-    result = check_workbook(
-        output, task.case(case).answer_path, task.answer_position, engine=engine, scoring=scoring
-    )
+    result = check_workbook(output, task.case(case).answer_path, task.answer_position, **options)
     verdict = "[green]PASS[/]" if result.passed else "[red]FAIL[/]"
     console.print(
         f"{verdict} task {plain(task.id)} case {case}: {result.checked_cells} cells checked "
         f"at {plain(repr(task.answer_position))}, {len(result.mismatches)} mismatching "
-        f"(scoring: {scoring})",
+        f"(scoring: {options['scoring']})",
         highlight=False,
     )
     if result.mismatches:
@@ -129,7 +135,7 @@ def _check_one(
 
 
 def _check_set(
-    console, tasks_dir: Path, outputs: Path, json_path: Path | None, engine: str, scoring: str
+    console, tasks_dir: Path, outputs: Path, json_path: Path | None, options: dict[str, str]
 ):
     from rich.table import Table
 
@@ -140,7 +146,8 @@ def _check_set(
     task_set = load_tasks(tasks_dir)
     if not len(task_set):
         raise SpreadrlError(f"{tasks_dir}: no tasks to score")
-    scores = [score_task(task, outputs, engine=engine, scoring=scoring) for task in task_set]
+    scores = [score_task(task, outputs, **options) for task in task_set]
+    scoring = options["scoring"]
     table = Table("task", "cases passed", "soft", "hard", "missing outputs")
     for s in scores:
         passed = sum(r.passed for r in s.results.values())

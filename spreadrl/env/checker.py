@@ -25,6 +25,7 @@ from spreadrl.cells import (  # noqa: F401
 )
 from spreadrl.data.task import Task
 from spreadrl.env.recalc.errors import FAILS_CHECK
+from spreadrl.env.recalc.locale import AUTO, DEFAULT_LOCALE, infer_locale, recalc_locale
 from spreadrl.env.recalc.values import WorkbookValues, load_values
 from spreadrl.env.types import Mismatch
 from spreadrl.errors import ConfigError, WorkbookError
@@ -99,6 +100,7 @@ def check_workbook(
     *,
     engine: str = "hybrid",
     scoring: str = "hybrid",
+    locale: str = DEFAULT_LOCALE,
 ) -> CheckResult:
     """Compare ``output_path`` with ``answer_path`` on every cell of ``answer_position``.
 
@@ -107,11 +109,23 @@ def check_workbook(
     cell the engine could not compute (``#NAME?``/``#N/IMPL!`` after a recalc)
     is a mismatch and is listed in ``errors``. ``scoring="spreadsheetbench"``
     gives SpreadsheetBench's own verdict instead (:mod:`spreadrl.env.sbench`;
-    ``engine`` is then unused).
+    ``engine`` and ``locale`` are then unused: upstream converts with LibreOffice's
+    defaults). ``locale`` is the one TEXT and number formats render in for every
+    engine (:mod:`spreadrl.env.recalc.locale`); ``auto`` reads it from the answer's
+    cached TEXT results, en-US where they say nothing.
     """
     output_path, answer_path = Path(output_path), Path(answer_path)
     if scoring != "hybrid":
         return check_many([(output_path, answer_path, answer_position)], scoring=scoring)[0]
+    if locale == AUTO:
+        locale = (infer_locale(answer_path) if answer_path.is_file() else None) or DEFAULT_LOCALE
+    with recalc_locale(locale):
+        return _check_hybrid(output_path, answer_path, answer_position, engine)
+
+
+def _check_hybrid(
+    output_path: Path, answer_path: Path, answer_position: str, engine: str
+) -> CheckResult:
     positions = parse_answer_position(answer_position)
     if not answer_path.is_file():
         raise WorkbookError(f"{answer_path}: answer workbook does not exist")
@@ -173,7 +187,11 @@ def check_workbook(
 
 
 def check_many(
-    triples: list[tuple[Path, Path, str]], *, engine: str = "hybrid", scoring: str = "hybrid"
+    triples: list[tuple[Path, Path, str]],
+    *,
+    engine: str = "hybrid",
+    scoring: str = "hybrid",
+    locale: str = DEFAULT_LOCALE,
 ) -> list[CheckResult]:
     """:func:`check_workbook` on many (output, answer, answer_position) triples.
 
@@ -182,7 +200,7 @@ def check_many(
     """
     check_scoring_name(scoring, "scoring")
     if scoring == "hybrid":
-        return [check_workbook(o, a, p, engine=engine) for o, a, p in triples]
+        return [check_workbook(o, a, p, engine=engine, locale=locale) for o, a, p in triples]
     from spreadrl.env.sbench import sbench_check
 
     for _, answer, _ in triples:
@@ -249,7 +267,12 @@ class TaskScore:
 
 
 def score_task(
-    task: Task, outputs_dir: Path, *, engine: str = "hybrid", scoring: str = "hybrid"
+    task: Task,
+    outputs_dir: Path,
+    *,
+    engine: str = "hybrid",
+    scoring: str = "hybrid",
+    locale: str = DEFAULT_LOCALE,
 ) -> TaskScore:
     """Check ``{n}_{id}_output.xlsx`` in ``outputs_dir`` for every case of ``task``.
 
@@ -260,6 +283,6 @@ def score_task(
     triples = [
         (o, c.answer_path, task.answer_position) for c, o in zip(task.cases, outputs, strict=True)
     ]
-    checked = check_many(triples, engine=engine, scoring=scoring)
+    checked = check_many(triples, engine=engine, scoring=scoring, locale=locale)
     results = {c.index: r for c, r in zip(task.cases, checked, strict=True)}
     return TaskScore(task.id, results, missing)

@@ -17,10 +17,12 @@ from typing import Literal
 
 from spreadrl.config import Section, option
 from spreadrl.env.recalc import ENGINES
+from spreadrl.env.recalc.locale import LOCALES, check_locale_name
 from spreadrl.errors import ConfigError
 
 TOOL_PRESETS = ("minimal", "full", "spreadsheet-rl", "spreadsheet-rl-2606")
 ENGINE_ALIASES = ("soffice",)  # get_engine's other name for libreoffice
+IRONCALC_OK = tuple(name for name, ironcalc_name in LOCALES.items() if ironcalc_name)
 CODE_MIN_OBSERVATION_CHARS = 200
 """Smallest observation the code env accepts: its labels and exit status need room."""
 
@@ -89,6 +91,12 @@ class EnvConfig(Section):
         "or spreadsheetbench (SpreadsheetBench's own path: LibreOffice's conversion, its "
         "value rules and quirks; needs soffice; docs/checker.md).",
     )
+    locale: str = option(
+        "en-US",
+        "Locale TEXT and number formats render in, for every engine the hybrid runs "
+        "(en-US, en-GB, de-DE, fr-FR, es-ES, it-IT, zh-CN, ja-JP), or auto: read from the "
+        "answer's cached TEXT results (docs/checker.md).",
+    )
     sandbox_mode: Literal["auto", "strict", "rlimit"] = option(
         "auto",
         "code_interpreter sandbox: auto (bwrap, else rlimit with a warning), strict, rlimit.",
@@ -119,6 +127,12 @@ class EnvConfig(Section):
                 f"env.tools is {tools!r}"
             )
         check_engine_name(self.engine, "env.engine")
+        check_locale_name(self.locale, "env.locale")
+        if self.engine.strip().lower() == "ironcalc" and self.locale not in ("auto", *IRONCALC_OK):
+            raise ConfigError(
+                f"env.locale {self.locale}: IronCalc alone cannot render it; use env.engine "
+                "hybrid or libreoffice (LibreOffice renders every locale spreadrl knows)"
+            )
         if self.scoring not in ("hybrid", "spreadsheetbench"):
             raise ConfigError(
                 f"env.scoring is {self.scoring!r}; use one of hybrid, spreadsheetbench"

@@ -164,6 +164,7 @@ class SpreadsheetEnv:
             self.task.answer_position,
             engine=self.config.engine,
             scoring=self.config.scoring,
+            locale=self.config.locale,
         )
         kept = self._keep_output(path, output_path)
         reason = self.stop_reason or (

@@ -41,8 +41,10 @@ from spreadrl.cells import range_cells
 from spreadrl.env import recalc
 from spreadrl.env.recalc.errors import EXCEL_ERRORS, UNEVALUATED
 from spreadrl.env.recalc.excel_rules import UNKNOWN, function_calls, rewrite_formula
+from spreadrl.env.recalc.excel_text import builds_text_from_values
 from spreadrl.env.recalc.ironcalc_engine import _dump, save_model
 from spreadrl.env.recalc.libreoffice import LibreOfficeEngine, uno_python
+from spreadrl.env.recalc.locale import DEFAULT_LOCALE, current_locale
 from spreadrl.env.recalc.xlsx_scan import XlsxScan, load_model, scan_xlsx
 from spreadrl.errors import SpreadrlError, WorkbookError
 
@@ -97,6 +99,25 @@ def distrust_reason(formula: str) -> str:
         for args in calls.get(name, []):
             if len(args) < 4 or args[3] not in ("FALSE", "0"):
                 return f"{name} approximate match"
+    return ""
+
+
+_LOCALE_FUNCTIONS = re.compile(
+    r"(?<![A-Z0-9_.])(?:TEXT|DOLLAR|FIXED|VALUE|DATEVALUE|TIMEVALUE|NUMBERVALUE)\s*\("
+)
+LOCALE_REASON = "locale-dependent text"
+
+
+def locale_reason(formula: str) -> str:
+    """Why a formula's value depends on the recalculation locale ('' when it does not).
+
+    The hybrid keeps IronCalc in ``en`` (its other locales change how the formulas it
+    rewrites parse), so outside en-US these cells go to LibreOffice, which renders in
+    the asked locale: text from number formats, and numbers joined into text.
+    """
+    code = _STRING.sub('""', formula.upper())
+    if _LOCALE_FUNCTIONS.search(code) or builds_text_from_values(formula):
+        return LOCALE_REASON
     return ""
 
 
@@ -163,6 +184,7 @@ def untrusted_cells(
     every formula cell of such a workbook is untrusted.
     """
     reasons: dict[tuple[int, int, int], str] = {}
+    localized = current_locale() != DEFAULT_LOCALE  # IronCalc stays in en: see locale_reason
     for sheet, row, column in model.get_all_cells():
         formula = model.get_cell_formula(sheet, row, column)
         if formula is None:
@@ -171,7 +193,7 @@ def untrusted_cells(
             reasons[(sheet, row, column)] = DATE1904_REASON
             continue
         value = model.get_cell_value(sheet, row, column)
-        reason = distrust_reason(formula)
+        reason = distrust_reason(formula) or (localized and locale_reason(formula))
         if _is_error(value) and reason != BASE_REASON:
             why = "could not evaluate it" if value in UNEVALUATED else "gave an error"
             reasons[(sheet, row, column)] = f"IronCalc {why} ({value})"

@@ -16,14 +16,28 @@ from pathlib import Path
 import ironcalc
 from ironcalc import Model
 
+from spreadrl.env.recalc.locale import current_locale, ironcalc_locale
 from spreadrl.env.recalc.xlsx_scan import load_model
-from spreadrl.errors import WorkbookError
+from spreadrl.errors import ConfigError, WorkbookError
+
+
+def ironcalc_locale_now() -> str:
+    """IronCalc's name of the recalculation locale; ConfigError where IronCalc has none."""
+    locale = current_locale()
+    name = ironcalc_locale(locale)
+    if name is None:
+        raise ConfigError(
+            f"locale {locale}: IronCalc has no such locale (it has "
+            f"{', '.join(ironcalc.get_supported_locales())}); use the hybrid or libreoffice engine"
+        )
+    return name
 
 
 def _load(path: Path, *, evaluate: bool = True) -> Model:
     if not Path(path).is_file():
         raise WorkbookError(f"{path}: file does not exist")
-    model = load_model(Path(path))  # typed blanks (openpyxl's `<c s="1" t="n"/>`) stay blank
+    # typed blanks (openpyxl's `<c s="1" t="n"/>`) stay blank
+    model = load_model(Path(path), locale=ironcalc_locale_now() if evaluate else "en")
     try:
         if evaluate:
             model.evaluate()

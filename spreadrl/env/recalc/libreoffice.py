@@ -28,6 +28,7 @@ from pathlib import Path
 from spreadrl.env import recalc
 from spreadrl.env.recalc.ironcalc_engine import read_cached
 from spreadrl.env.recalc.lo_service import ServiceClient, service_mode
+from spreadrl.env.recalc.locale import DEFAULT_LOCALE, current_locale
 from spreadrl.errors import MissingDependencyError, WorkbookError
 
 INSTALL_HINT = (
@@ -45,6 +46,14 @@ _RECALC_ALWAYS = """<?xml version="1.0" encoding="UTF-8"?>
 
 
 SYSTEM_PYTHON = "/usr/bin/python3"
+
+
+def locale_item(locale: str) -> str:
+    """The profile setting that makes soffice render TEXT and number formats in ``locale``."""
+    return (
+        '<item oor:path="/org.openoffice.Setup/L10N"><prop oor:name="ooSetupSystemLocale" '
+        f'oor:op="fuse"><value>{locale}</value></prop></item>\n'
+    )
 
 
 @lru_cache(maxsize=4)
@@ -69,10 +78,13 @@ class LibreOfficeServer:
     exit. A forked child never shares its parent's server: it starts its own.
     """
 
-    def __init__(self, soffice: str, python: str, timeout_s: float = 120.0) -> None:
+    def __init__(
+        self, soffice: str, python: str, timeout_s: float = 120.0, locale: str = "en-US"
+    ) -> None:
         self.soffice = soffice
         self.python = python
         self.timeout_s = timeout_s
+        self.locale = locale
         self._proc: subprocess.Popen | None = None
         self._pid = 0
         self._profile: tempfile.TemporaryDirectory | None = None
@@ -97,7 +109,7 @@ class LibreOfficeServer:
         )
         helper = Path(__file__).with_name("uno_helper.py")
         self._proc = subprocess.Popen(
-            [self.python, str(helper), self.soffice, self._profile.name],
+            [self.python, str(helper), self.soffice, self._profile.name, self.locale],
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
             stderr=subprocess.DEVNULL,
@@ -169,16 +181,16 @@ class LibreOfficeServer:
             self._profile = None
 
 
-_SERVERS: dict[str, LibreOfficeServer] = {}
+_SERVERS: dict[tuple[str, str], LibreOfficeServer] = {}
 _SERVERS_LOCK = threading.Lock()
 
 
-def shared_server(soffice: str, python: str) -> LibreOfficeServer:
-    """The process-wide server for ``soffice`` (one persistent LibreOffice per process)."""
+def shared_server(soffice: str, python: str, locale: str = "en-US") -> LibreOfficeServer:
+    """The process-wide server for ``soffice`` in ``locale`` (one LibreOffice per locale)."""
     with _SERVERS_LOCK:
-        server = _SERVERS.get(soffice)
+        server = _SERVERS.get((soffice, locale))
         if server is None:
-            server = _SERVERS[soffice] = LibreOfficeServer(soffice, python)
+            server = _SERVERS[(soffice, locale)] = LibreOfficeServer(soffice, python, locale=locale)
         return server
 
 
@@ -214,9 +226,14 @@ class LibreOfficeEngine:
                 f"persistent LibreOffice needs LibreOffice's UNO binding for {SYSTEM_PYTHON} "
                 "(Debian/Ubuntu: `apt-get install -y python3-uno`)"
             )
+        # the recalculation locale (spreadrl.env.recalc.locale): the machine's service
+        # renders en-US; another locale gets a soffice of its own in this process
+        self.locale = current_locale()
         self.server: LibreOfficeServer | ServiceClient | None = None
         if python:
-            if service_mode() == "machine":
+            if self.locale != DEFAULT_LOCALE:
+                self.server = shared_server(binary, python, self.locale)
+            elif service_mode() == "machine":
                 self.server = ServiceClient(binary, python, timeout_s)
             else:
                 self.server = shared_server(binary, python)
@@ -241,7 +258,9 @@ class LibreOfficeEngine:
         with tempfile.TemporaryDirectory(prefix="spreadrl-soffice-") as tmp:
             profile = Path(tmp) / "profile"
             (profile / "user").mkdir(parents=True)
-            (profile / "user" / "registrymodifications.xcu").write_text(_RECALC_ALWAYS)
+            (profile / "user" / "registrymodifications.xcu").write_text(
+                _RECALC_ALWAYS.replace("</oor:items>", locale_item(self.locale) + "</oor:items>")
+            )
             outdir = Path(tmp) / "out"
             command = [
                 self.soffice,

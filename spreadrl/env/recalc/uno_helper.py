@@ -4,7 +4,8 @@ Run by :class:`spreadrl.env.recalc.libreoffice.LibreOfficeServer` under the
 system Python (``/usr/bin/python3``), the only one that has LibreOffice's
 ``uno`` module (Debian's python3-uno); it imports nothing from spreadrl.
 
-Usage: ``python3 uno_helper.py SOFFICE PROFILE_DIR``. It starts ``soffice``
+Usage: ``python3 uno_helper.py SOFFICE PROFILE_DIR [LOCALE]`` (LOCALE, default en-US:
+the locale TEXT and number formats are rendered in, spreadrl.env.recalc.locale). It starts ``soffice``
 listening on a private pipe, prints ``{"ready": true}`` and then answers
 one JSON line per request line on stdin:
 ``{"src": "/abs/in.xlsx", "dst": "/abs/out.xlsx"}`` ->
@@ -40,13 +41,21 @@ def _prop(name, value):
     return prop
 
 
-def _connect(soffice, profile):
+_LOCALE_XCU = (
+    '<item oor:path="/org.openoffice.Setup/L10N"><prop oor:name="ooSetupSystemLocale" '
+    'oor:op="fuse"><value>{}</value></prop></item>\n'
+)
+
+
+def _connect(soffice, profile, locale="en-US"):
     import uno
 
     user = os.path.join(profile, "user")
     os.makedirs(user, exist_ok=True)
     with open(os.path.join(user, "registrymodifications.xcu"), "w") as handle:
-        handle.write(_PROFILE_XCU)
+        handle.write(
+            _PROFILE_XCU.replace("</oor:items>", _LOCALE_XCU.format(locale) + "</oor:items>")
+        )
     pipe = "spreadrl_" + uuid.uuid4().hex
     proc = subprocess.Popen(
         [
@@ -108,9 +117,10 @@ def _recalculate(desktop, src, dst):
 
 def main():
     soffice, profile = sys.argv[1], sys.argv[2]
+    locale = sys.argv[3] if len(sys.argv) > 3 else "en-US"
     out = sys.stdout
     try:
-        proc, desktop = _connect(soffice, profile)
+        proc, desktop = _connect(soffice, profile, locale)
     except Exception as exc:
         out.write(json.dumps({"ready": False, "error": str(exc)[:300]}) + "\n")
         out.flush()

@@ -28,6 +28,7 @@ from openpyxl.utils.datetime import CALENDAR_MAC_1904, WINDOWS_EPOCH, from_excel
 from spreadrl.env.recalc import get_engine
 from spreadrl.env.recalc.excel_text import fix_number_text, needs_fix
 from spreadrl.env.recalc.hybrid import load_hybrid
+from spreadrl.env.recalc.ironcalc_engine import ironcalc_locale_now
 from spreadrl.env.recalc.xlsx_scan import load_model, scan_xlsx
 from spreadrl.errors import WorkbookError
 
@@ -195,8 +196,9 @@ def load_values(
         tmpdir = tempfile.TemporaryDirectory(prefix="spreadrl-recalc-")
         source = Path(tmpdir.name) / path.name
         get_engine(engine).recalculate(path, source)
+    locale = ironcalc_locale_now() if needs and engine == "ironcalc" else "en"
     try:
-        model = load_model(source, scan if source == path else None)
+        model = load_model(source, scan if source == path else None, locale)
         if needs and engine == "ironcalc":
             model.evaluate()
         names = [props["name"] for props in model.get_worksheets_properties()]

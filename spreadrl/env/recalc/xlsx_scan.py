@@ -176,14 +176,16 @@ def clear_typed_blanks(model: Model, scan: XlsxScan) -> int:
     return cleared
 
 
-def load_model(path: Path, scan: XlsxScan | None = None) -> Model:
+def load_model(path: Path, scan: XlsxScan | None = None, locale: str = "en") -> Model:
     """IronCalc's model of ``path`` with typed blanks cleared (not evaluated).
 
+    ``locale`` is IronCalc's name of the locale TEXT renders in (it also sets how
+    formulas typed into the model parse: keep ``en`` where formulas are rewritten).
     Raises WorkbookError naming the file; an IronCalc panic (a BaseException) too.
     """
     scan = scan_xlsx(path) if scan is None else scan
     try:
-        model = ironcalc.load_from_xlsx(str(path))
+        model = ironcalc.load_from_xlsx(str(path), locale)
     except BaseException as exc:  # a Rust panic arrives as pyo3 PanicException (BaseException)
         if isinstance(exc, KeyboardInterrupt | SystemExit):
             raise

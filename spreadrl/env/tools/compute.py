@@ -13,6 +13,7 @@ from pydantic import Field
 
 from spreadrl.env.recalc import get_engine
 from spreadrl.env.recalc.errors import is_error_value
+from spreadrl.env.recalc.locale import AUTO, DEFAULT_LOCALE, recalc_locale
 from spreadrl.env.sandbox import SandboxLimits, SandboxResult, run_python
 from spreadrl.env.tools.base import Tool, ToolContext
 from spreadrl.env.tools.common import Args, RangesArgs, check_ranges, render_pages
@@ -37,12 +38,15 @@ def evaluated(ctx: ToolContext) -> dict[str, dict[tuple[int, int], Any]]:
     cached = ctx.cache.get("recalc")
     if cached is not None and cached[0] == book.version:
         return cached[1]
-    engine = ctx.cache.get("engine") or get_engine(ctx.config.engine)
-    ctx.cache["engine"] = engine
+    # the agent's view renders in the reward's locale (auto: en-US, the answer stays unseen)
+    locale = DEFAULT_LOCALE if ctx.config.locale == AUTO else ctx.config.locale
     path = book.save()
     start = time.perf_counter()
     try:
-        raw = engine.evaluate(path)
+        with recalc_locale(locale):
+            engine = ctx.cache.get("engine") or get_engine(ctx.config.engine)
+            ctx.cache["engine"] = engine
+            raw = engine.evaluate(path)
     except WorkbookError as exc:
         raise ToolError(f"the workbook could not be recalculated: {exc}") from None
     ctx.cache["recalc_s"] = ctx.cache.get("recalc_s", 0.0) + time.perf_counter() - start
