@@ -45,6 +45,7 @@ case "$SET" in
 esac
 PIP="${PIP:-python3 -m pip}"
 mkdir -p "$OUT"
+OUT="$(cd "$OUT" && pwd)"  # absolute: copy_tree works from inside the unpacked source
 work="$(mktemp -d)"
 trap 'rm -rf "$work"' EXIT
 

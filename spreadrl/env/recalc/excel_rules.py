@@ -33,6 +33,19 @@ computed them); anything else is left alone, and keeps IronCalc's value.
   outside of this range"); IronCalc converts it to an out-of-range serial and
   returns ``#NUM!``. Rewritten to ``YEAR(DATEVALUE(x))`` when ``x`` is text that
   is neither a number nor a time.
+* YEAR/MONTH/DAY/WEEKDAY of a serial from 0 to 60 (1900-01-00 to the fictitious
+  1900-02-29): Excel keeps Lotus 1-2-3's calendar, which counts 1900 as a leap
+  year (Microsoft, "Excel incorrectly assumes that the year 1900 is a leap year",
+  KB 214326: serial 60 is 1900-02-29, serial 1 is 1900-01-01), and day 0 is
+  "January 0, 1900" (``DAY(0)`` 0, ``MONTH(0)`` 1, ``YEAR(0)`` 1900; WEEKDAY counts
+  serial 1 a Sunday, so ``WEEKDAY(0)`` is 7). IronCalc maps these serials one day
+  off (``YEAR(1)`` 1899, ``DAY(59)`` 27) and returns ``#NUM!`` for 0. The call is
+  replaced by Excel's value when its argument is a number (a literal or a single
+  cell); WEEKDAY only with its default return type 1.
+* VLOOKUP/HLOOKUP with a column (row) index below 1: ``#VALUE!`` (Excel's VLOOKUP
+  reference: "If col_index_num is less than 1, VLOOKUP returns the #VALUE! error
+  value"; above the table's width it is ``#REF!``); IronCalc returns ``#REF!`` for
+  both.
 """
 
 from __future__ import annotations
@@ -72,10 +85,12 @@ _BASE_DIGITS = {"BIN": "[01]", "OCT": "[0-7]", "HEX": "[0-9A-Fa-f]"}
 _DEC2 = re.compile(r"^DEC2(?:BIN|OCT|HEX)$")
 _BASE2 = re.compile(r"^(BIN|OCT|HEX)2(?:BIN|OCT|DEC|HEX)$")
 _DATE_PARTS = frozenset({"YEAR", "MONTH", "DAY"})
+_LOTUS_PARTS = frozenset({"YEAR", "MONTH", "DAY", "WEEKDAY"})
+_LOOKUPS = frozenset({"VLOOKUP", "HLOOKUP"})
 _CALL = re.compile(r"(?<![A-Za-z0-9_.])((?:_xlfn\.)?[A-Za-z][A-Za-z0-9.]*)\s*\(", re.IGNORECASE)
 # Cheap pre-test: could any rule apply to this formula?
 _MAYBE = re.compile(
-    r"_x[0-9A-Fa-f]{4}_|[\w$)'] +[$'A-Za-z0-9]|2(?:BIN|OCT|DEC|HEX)|YEAR|MONTH|DAY", re.I
+    r"_x[0-9A-Fa-f]{4}_|[\w$)'] +[$'A-Za-z0-9]|2(?:BIN|OCT|DEC|HEX)|YEAR|MONTH|DAY|LOOKUP", re.I
 )
 
 
@@ -216,8 +231,40 @@ def _argument(text: str, value_of: ValueOf) -> object:
     return value_of(sheet, match.group(2).replace("$", "").upper())
 
 
+def lotus_date_part(name: str, serial: float) -> int | None:
+    """Excel's YEAR/MONTH/DAY/WEEKDAY of a serial in 0..60 (1900 a leap year), else None."""
+    day = math.floor(serial)
+    if not 0 <= day < 61:
+        return None
+    if name == "YEAR":
+        return 1900
+    if name == "MONTH":
+        return 1 if day <= 31 else 2
+    if name == "DAY":
+        return day if day <= 31 else day - 31
+    return (day - 1) % 7 + 1  # WEEKDAY, return type 1: serial 1 (1900-01-01) a Sunday
+
+
 def _call_rule(name: str, args: list[Any]) -> tuple[str, str] | None:
-    """('replace', error) or ('datevalue', '') when Excel's rule applies to this call."""
+    """('replace', text) or ('datevalue', '') when Excel's rule applies to this call."""
+    if name in _LOOKUPS and 3 <= len(args) <= 4:
+        index = args[2]
+        if (
+            isinstance(index, int | float)
+            and not isinstance(index, bool)
+            and math.trunc(index) < 1
+            and args[0] is not UNKNOWN
+            and not is_error_value(args[0])
+        ):
+            return ("replace", "#VALUE!")
+        return None
+    if name in _LOTUS_PARTS and args:
+        serial = 0.0 if args[0] is None else args[0]  # an empty cell is 0 to Excel
+        default_type = len(args) == 1 or (name == "WEEKDAY" and len(args) == 2 and args[1] == 1.0)
+        if isinstance(serial, int | float) and not isinstance(serial, bool) and default_type:
+            value = lotus_date_part(name, float(serial))
+            if value is not None:
+                return ("replace", str(value))
     if _DEC2.match(name) and len(args) == 2:
         number, places = args
         if (
@@ -258,7 +305,9 @@ def rewrite_calls(formula: str, value_of: ValueOf) -> str:
     masked = mask_strings(formula)
     edits: list[tuple[int, int, str]] = []
     for name, start, end, spans in function_calls(masked):
-        if not (_DEC2.match(name) or _BASE2.match(name) or name in _DATE_PARTS):
+        if not (
+            _DEC2.match(name) or _BASE2.match(name) or name in _LOTUS_PARTS or name in _LOOKUPS
+        ):
             continue
         args = [_argument(formula[a:b], value_of) for a, b in spans]
         rule = _call_rule(name, args)
