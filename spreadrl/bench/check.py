@@ -97,7 +97,14 @@ def bench_check(
     ),
     passes: int = typer.Option(3, "--passes", min=1, help="Rounds over the built-in cases."),
 ) -> None:
-    """Tasks checked per second, and recalc time of a 10,000-formula workbook per engine."""
+    """Tasks checked per second, and recalc time of a 10,000-formula workbook per engine.
+
+    Examples:
+
+      spreadrl bench check
+
+      spreadrl bench check --tasks 100 --formulas 2000
+    """
     console = Console()
     table = Table("measure", "engine", "value")
     with tempfile.TemporaryDirectory(prefix="spreadrl-bench-") as tmp:

@@ -177,9 +177,11 @@ def bench_gpu(
 ) -> None:
     """GRPO on one GPU at seed 000's shape, plain and under torchrun + FSDP2: one table.
 
-    Example (on a GPU machine, from the repository root):
+    Examples (the first on a GPU machine, from the repository root; --smoke on a CPU):
 
       spreadrl bench gpu --out runs/bench-gpu.json
+
+      spreadrl bench gpu --smoke
     """
     base = SMOKE if smoke else FULL
     shape = Shape(

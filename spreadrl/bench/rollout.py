@@ -34,7 +34,14 @@ def bench_rollout(
     device: str = typer.Option("cpu"),
     preset: str = typer.Option("write_range", help="Tool preset or list for the episodes."),
 ) -> None:
-    """Tokens/s and episodes/s of batched vs sequential generation, and the tools/generation split."""
+    """Tokens/s and episodes/s of batched vs sequential generation, and the tools/generation split.
+
+    Examples:
+
+      spreadrl bench rollout --episodes 16
+
+      spreadrl bench rollout --device cuda --episodes 64 --max-new-tokens 256
+    """
     from rich.console import Console
     from rich.table import Table
 
