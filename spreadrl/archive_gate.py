@@ -41,12 +41,13 @@ from __future__ import annotations
 
 import io
 import os
+import posixpath
 import struct
 import zipfile
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
-from pathlib import Path, PurePosixPath
+from pathlib import Path
 from typing import BinaryIO
 
 from spreadrl.errors import WorkbookError
@@ -384,7 +385,7 @@ def _check_kind(scan: _Scan, info: zipfile.ZipInfo) -> None:
             f"member {name} carries {csize:,} compressed bytes for a declared {size:,}: "
             "its declared size is false"
         )
-    suffix = PurePosixPath(name).suffix.lower()
+    suffix = posixpath.splitext(name)[1].lower()
     if suffix in _ARCHIVE_SUFFIXES:
         raise scan.refuse(f"member {name} is a nested archive")
     if suffix in _DOCUMENT_SUFFIXES and not name.startswith(_EMBEDDINGS):
