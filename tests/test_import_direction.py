@@ -29,12 +29,15 @@ LAYERS: dict[str, int] = {
     "errors": 0,
     "config": 0,
     "cells": 0,
+    "archive_gate": 0,  # the workbook archive check: env and the data importers share it
     "data": 1,
     "env": 2,
     "models": 2,  # offline models and tokenizers: beside the gym, below rollout
     "rollout": 3,
     "eval": 4,
     "serve": 4,
+    # adapters to other projects' environment standards (OpenEnv, TRL, verifiers)
+    "integrations": 4,
     "train": 5,
     "cli": 6,
     "bench": 6,
@@ -46,7 +49,7 @@ LAYER_NAMES = {
     1: "data",
     2: "env/models",
     3: "rollout",
-    4: "eval/serve",
+    4: "eval/serve/integrations",
     5: "train",
     6: "cli/bench/demo",
     7: "__main__",

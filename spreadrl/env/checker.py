@@ -13,6 +13,8 @@ import datetime as dt
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from spreadrl.archive_gate import WorkbookRefused
+
 # answer_position parsing and A1 ranges are part of the task format: they live in
 # the low layer (spreadrl.cells) and are re-exported here for existing callers
 from spreadrl.cells import (  # noqa: F401
@@ -24,7 +26,8 @@ from spreadrl.cells import (  # noqa: F401
     range_cells,
 )
 from spreadrl.data.task import Task
-from spreadrl.env.recalc.values import ENGINE_FAILURE_VALUES, WorkbookValues, load_values
+from spreadrl.env.recalc.errors import FAILS_CHECK
+from spreadrl.env.recalc.values import WorkbookValues, load_values
 from spreadrl.env.types import Mismatch
 from spreadrl.errors import WorkbookError
 
@@ -85,6 +88,8 @@ class CheckResult:
     # "Sheet!A1" -> what produced the output's value: "cached" (stored in the file),
     # or the engine that computed it ("ironcalc", "libreoffice").
     cell_engines: dict[str, str] = field(default_factory=dict)
+    # why the archive gate refused the output ("" when it was read): scored as a failure
+    refused: str = ""
 
 
 def _fail(reason: str, sheet: str = "", cell: str = "") -> CheckResult:
@@ -114,6 +119,8 @@ def check_workbook(
         return _fail(f"output file {output_path} does not exist")
     try:
         output = load_values(output_path, engine=engine)
+    except WorkbookRefused as exc:
+        return CheckResult(False, [Mismatch("", "", None, None, str(exc))], [], refused=str(exc))
     except WorkbookError as exc:
         return _fail(f"output unreadable: {exc}")
 
@@ -142,12 +149,8 @@ def check_workbook(
             expected = answer.value(gt_sheet, row, column)
             actual = output.value(out_sheet, row, column)
             cell_engines[f"{gt_sheet}!{ref}"] = output.cell_engine(out_sheet, row, column)
-            out_failure = _engine_failure(
-                output, out_sheet, row, column, actual, ENGINE_FAILURE_VALUES
-            )
-            ans_failure = _engine_failure(
-                answer, gt_sheet, row, column, expected, ENGINE_FAILURE_VALUES
-            )
+            out_failure = _engine_failure(output, out_sheet, row, column, actual, FAILS_CHECK)
+            ans_failure = _engine_failure(answer, gt_sheet, row, column, expected, FAILS_CHECK)
             if out_failure and not ans_failure and expected == actual:
                 # Excel's own value is this error too (#NAME? in the answer's cached
                 # values): SpreadsheetBench compares the two strings, and so do we.

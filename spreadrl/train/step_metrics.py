@@ -7,6 +7,7 @@ import torch
 from spreadrl.rollout.types import Trajectory
 from spreadrl.train.config import LoggingConfig
 from spreadrl.train.distributed import all_reduce
+from spreadrl.train.memory import MEMORY_KEYS
 from spreadrl.train.setup import Run
 from spreadrl.train.trajectory_log import save_step_trajectories
 
@@ -24,6 +25,9 @@ def step_metrics(
         "tool_calls": sum(t.tool_calls for t in trajs) / n,
         "parse_errors": sum(t.parse_errors for t in trajs) / n,
         "prompt_too_long": float(sum(t.stop_reason == "prompt_too_long" for t in trajs)),
+        # episodes the environment ended scored 0: a refused workbook, a worker limit
+        "workbook_refused": float(sum(t.stop_reason == "workbook_refused" for t in trajs)),
+        "env_limit": float(sum(t.stop_reason == "env_limit" for t in trajs)),
         "groups_kept": float(keep.sum()),
         "groups": float(len(keep)),
     }
@@ -42,7 +46,15 @@ _PER_TRAJECTORY = (
     "tool_calls",
     "parse_errors",
 )
-_COUNTS = ("groups", "groups_kept", "trained_sequences", "prompt_too_long", "tokens_per_s")
+_COUNTS = (
+    "groups",
+    "groups_kept",
+    "trained_sequences",
+    "prompt_too_long",
+    "workbook_refused",
+    "env_limit",
+    "tokens_per_s",
+)
 _UPDATE = (
     "loss",
     "kl",
@@ -75,7 +87,7 @@ def reduce_over_ranks(metrics: dict[str, float], trajectories: int) -> dict[str,
         value = all_reduce(metrics.get(key, 0.0))
         if count:
             out[key] = value / count
-    for key in ("refill_rounds", "rollout_peak_gb", "train_peak_gb"):  # set on every rank
+    for key in ("refill_rounds", *MEMORY_KEYS):  # set on every rank (on CUDA, for the GiB)
         if key in metrics:
             out[key] = all_reduce(metrics[key], op="max")
     return out
