@@ -73,8 +73,6 @@ def version_command() -> None:
     Examples:
 
       spreadrl version
-
-      spreadrl --version
     """
     Console().print(_versions())
 
