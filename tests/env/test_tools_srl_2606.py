@@ -154,3 +154,25 @@ def test_find_cells_says_which_sheets_it_searched(tmp_path):
     one = run(ctx, "find_cells", query="North", sheet_name="sheet1")
     assert one["sheet_scope"] == "Sheet1" and one["searched_sheets"] == ["Sheet1"]
     assert "sheet_scope" not in run(ctx, "find_cells", SRL_TOOLS, query="apple")
+
+
+def test_an_episode_with_the_2606_preset_copies_and_scores(tmp_path):
+    from spreadrl.env.episode import SpreadsheetEnv
+    from spreadrl.env.types import ToolCall
+    from tests.env.gym_helpers import make_task
+
+    def answer(ws):
+        for r in range(2, 7):
+            ws[f"D{r}"] = f"=B{r}*C{r}"
+
+    env = SpreadsheetEnv(EnvConfig(tools="spreadsheet-rl-2606"), workdir_root=tmp_path / "work")
+    obs = env.reset(make_task(tmp_path, answer))
+    assert "copy_range" in [s["function"]["name"] for s in obs.tool_schemas]
+    step = env.step(
+        ToolCall("fill_formula", {"start_cell": "sheet1!D2", "formula_template": "B2*C2"})
+    )
+    assert step.ok, step.observation
+    step = env.step(ToolCall("copy_range", {"source_range": "D2", "destination_range": "D3:D6"}))
+    assert step.ok and json.loads(step.observation)["copied_cells"] == 4
+    assert env.finish("done").reward == 1.0
+    env.close()
