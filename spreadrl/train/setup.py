@@ -34,6 +34,7 @@ from spreadrl.train.config import (
     SFTConfig,
 )
 from spreadrl.train.distributed import DistInfo, cleanup, init_distributed
+from spreadrl.train.levers import apply_model_levers
 from spreadrl.train.precision import Precision, resolve_precision
 from spreadrl.train.timeouts import collective_timeout_s
 from spreadrl.train.tracking import MetricsLog, build_metrics_log
@@ -86,6 +87,7 @@ def build_model(
         enable_activation_checkpointing(model)
         if hasattr(model, "enable_input_require_grads"):
             model.enable_input_require_grads()
+    apply_model_levers(model, model_cfg)  # selective checkpointing, fused head, compile
     return model, tokenizer
 
 
