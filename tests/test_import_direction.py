@@ -29,6 +29,7 @@ LAYERS: dict[str, int] = {
     "errors": 0,
     "config": 0,
     "cells": 0,
+    "archive_gate": 0,  # the workbook archive check: env and the data importers share it
     "data": 1,
     "env": 2,
     "models": 2,  # offline models and tokenizers: beside the gym, below rollout

@@ -25,6 +25,9 @@ def step_metrics(
         "tool_calls": sum(t.tool_calls for t in trajs) / n,
         "parse_errors": sum(t.parse_errors for t in trajs) / n,
         "prompt_too_long": float(sum(t.stop_reason == "prompt_too_long" for t in trajs)),
+        # episodes the environment ended scored 0: a refused workbook, a worker limit
+        "workbook_refused": float(sum(t.stop_reason == "workbook_refused" for t in trajs)),
+        "env_limit": float(sum(t.stop_reason == "env_limit" for t in trajs)),
         "groups_kept": float(keep.sum()),
         "groups": float(len(keep)),
     }
@@ -43,7 +46,15 @@ _PER_TRAJECTORY = (
     "tool_calls",
     "parse_errors",
 )
-_COUNTS = ("groups", "groups_kept", "trained_sequences", "prompt_too_long", "tokens_per_s")
+_COUNTS = (
+    "groups",
+    "groups_kept",
+    "trained_sequences",
+    "prompt_too_long",
+    "workbook_refused",
+    "env_limit",
+    "tokens_per_s",
+)
 _UPDATE = (
     "loss",
     "kl",
