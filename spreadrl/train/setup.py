@@ -34,6 +34,7 @@ from spreadrl.train.config import (
     SFTConfig,
 )
 from spreadrl.train.distributed import DistInfo, cleanup, init_distributed
+from spreadrl.train.levers import apply_model_levers
 from spreadrl.train.precision import Precision, resolve_precision
 from spreadrl.train.run_identity import claim_training_folder, cut_back_logs
 from spreadrl.train.timeouts import collective_timeout_s
@@ -87,6 +88,7 @@ def build_model(
         enable_activation_checkpointing(model)
         if hasattr(model, "enable_input_require_grads"):
             model.enable_input_require_grads()
+    apply_model_levers(model, model_cfg)  # selective checkpointing, fused head, compile
     return model, tokenizer
 
 
