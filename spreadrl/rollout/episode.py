@@ -305,7 +305,13 @@ def start_episodes(
         state.parallel_safe = frozenset(obs.info.get("parallel_safe_tools") or ())
         too_long = run.max_prompt_tokens and len(traj.prompt_ids) > run.max_prompt_tokens
         no_room = run.max_context_tokens and len(traj.prompt_ids) >= run.max_context_tokens
-        if too_long or no_room:
+        if too_long or no_room:  # the numbers, so an eval in which none started can say why
+            traj.metadata["prompt_tokens"] = len(traj.prompt_ids)
+            traj.metadata["prompt_limit"] = (
+                {"data.max_prompt_tokens": run.max_prompt_tokens}
+                if too_long
+                else {"the model's context": run.max_context_tokens}
+            )
             state.end(EndReason.PROMPT_TOO_LONG)
         states.append(state)
     return states
