@@ -35,6 +35,8 @@ LAYERS: dict[str, int] = {
     "rollout": 3,
     "eval": 4,
     "serve": 4,
+    # adapters to other projects' environment standards (OpenEnv, TRL, verifiers)
+    "integrations": 4,
     "train": 5,
     "cli": 6,
     "bench": 6,
@@ -46,7 +48,7 @@ LAYER_NAMES = {
     1: "data",
     2: "env/models",
     3: "rollout",
-    4: "eval/serve",
+    4: "eval/serve/integrations",
     5: "train",
     6: "cli/bench/demo",
     7: "__main__",

@@ -152,3 +152,37 @@ def replay_command(
         "output_path": result.output_path,
     }
     typer.echo(json.dumps(report, indent=2, ensure_ascii=False, default=str))
+
+
+@app.command("serve")
+def serve_command(
+    tasks: str = typer.Option(
+        ..., "--tasks", help="Task set: a folder, or builtin:SPLIT (e.g. builtin:demo-test)."
+    ),
+    tools: str = typer.Option("full", "--tools", help="Tool preset or comma-separated names."),
+    host: str = typer.Option("127.0.0.1", "--host", help="Address to listen on."),
+    port: int = typer.Option(8000, "--port", help="Port to listen on."),
+    workers: int = typer.Option(
+        2, "--workers", help="Gym worker processes shared by the sessions (0: in each session)."
+    ),
+    max_sessions: int = typer.Option(64, "--max-sessions", help="Concurrent sessions allowed."),
+    max_tool_calls: int = typer.Option(20, "--max-tool-calls", help="Tool calls per episode."),
+) -> None:
+    """Serve the gym as an OpenEnv environment (openenv-core's own server).
+
+    Each WebSocket session is one episode at a time in its own folder; reset takes
+    task_id (and case), else the set's next task; the action is a tool call
+    ({"name", "arguments"}) or {"answer"}, which ends the episode with the checker's
+    reward. Needs the openenv extra. See docs/environments.md.
+
+    Examples:
+
+      spreadrl env serve --tasks builtin:demo-test --tools write_range,inspect_range
+
+      spreadrl env serve --tasks data/tasks --tools full --port 8001 --workers 4
+    """
+    from spreadrl.integrations.openenv_server import ServeOptions, serve
+
+    config = EnvConfig(tools=tools, max_tool_calls=max_tool_calls)
+    typer.echo(f"serving {tasks} as an OpenEnv environment on ws://{host}:{port}/ws")
+    serve(ServeOptions(tasks, config, workers, max_sessions), host=host, port=port)

@@ -201,15 +201,22 @@ def load_eval_recipe(recipe: Path | None, overrides: list[str]) -> GRPOConfig:
 
     Eval reads the recipe's ``eval``, ``rollout``, ``env`` and
     ``data.max_prompt_tokens`` exactly as training does, so a model is judged
-    under the budgets and sampling it was trained with; with no recipe, the
+    under the budgets and sampling it was trained with, at ``eval.temperature``
+    when the recipe sets one (0: greedy, as upstream validates); with no recipe, the
     defaults are training's. Loaded here, in the command line, because a recipe
     is a training config: the eval library takes its sections and never imports
     the trainer.
     """
+    from dataclasses import replace
+
     from spreadrl.config import load_config
+    from spreadrl.eval.config import eval_rollout
     from spreadrl.train.config import GRPOConfig
 
-    return load_config(GRPOConfig, recipe, overrides)
+    cfg = load_config(GRPOConfig, recipe, overrides)
+    if any(o.startswith("rollout.temperature=") for o in overrides):
+        return cfg  # --temperature (or the key itself) wins over the recipe's eval.temperature
+    return replace(cfg, rollout=eval_rollout(cfg.eval, cfg.rollout))
 
 
 @app.command("compare")

@@ -27,7 +27,9 @@ def plan(
 ) -> None:
     """Print the per-GPU memory and time plan of a GRPO recipe; exit 2 if it cannot fit.
 
-    No GPU is needed: the model is built on the meta device from its config.
+    No GPU is needed: the model is built on the meta device from its config. Each
+    phase's peak is what the device holds (allocated, the allocator's reserve, the
+    CUDA context); it fits when it leaves a stated margin free.
 
     Examples:
 
@@ -56,8 +58,18 @@ def plan(
         table.add_row(name, f"{gib:.2f}", note)
     table.add_section()
     for phase, gib in result.phases.items():
-        verdict = "[green]fits[/]" if gib <= gpu_memory else "[red]does not fit[/]"
-        table.add_row(f"peak: {phase}", f"{gib:.1f}", verdict)
+        verdict = result.verdict(phase)
+        colour = "green" if verdict.startswith("fits") else "red"
+        allocated = result.allocated[phase]
+        table.add_row(
+            f"peak: {phase}", f"{gib:.1f}", f"[{colour}]{verdict}[/] ({allocated:.1f} allocated)"
+        )
+    if result.host_gib:
+        table.add_row(
+            "CPU memory (offload)",
+            f"{result.host_gib:.1f}",
+            "per process: weights, gradients, AdamW state, KL reference (model.cpu_offload)",
+        )
     if cfg.rollout.backend == "vllm":
         table.add_row(
             "vLLM KV tokens",

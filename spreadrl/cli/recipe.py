@@ -28,12 +28,15 @@ def run_recipe(
     from spreadrl.cli.resume import print_stopped
     from spreadrl.config import dump_config, load_config
     from spreadrl.errors import RunStopped
+    from spreadrl.rollout.allocator import use_expandable_segments
 
     cfg: Any = load_config(config_type, config, overrides or [])
     console = Console()
     if print_config:
         console.print(dump_config(cfg), highlight=False, markup=False)
         return
+    # the trainer's allocator: expandable segments unless the user set it (before CUDA starts)
+    use_expandable_segments(getattr(getattr(cfg, "rollout", None), "backend", None))
     # a start that fails (a bad model path, a bad data row) leaves no output folder
     with removed_if_failed_start(Path(cfg.output_dir), TRAINING_RESULTS):
         try:

@@ -24,7 +24,8 @@ from spreadrl.cells import (  # noqa: F401
     range_cells,
 )
 from spreadrl.data.task import Task
-from spreadrl.env.recalc.values import ENGINE_FAILURE_VALUES, WorkbookValues, load_values
+from spreadrl.env.recalc.errors import FAILS_CHECK
+from spreadrl.env.recalc.values import WorkbookValues, load_values
 from spreadrl.env.types import Mismatch
 from spreadrl.errors import WorkbookError
 
@@ -142,12 +143,8 @@ def check_workbook(
             expected = answer.value(gt_sheet, row, column)
             actual = output.value(out_sheet, row, column)
             cell_engines[f"{gt_sheet}!{ref}"] = output.cell_engine(out_sheet, row, column)
-            out_failure = _engine_failure(
-                output, out_sheet, row, column, actual, ENGINE_FAILURE_VALUES
-            )
-            ans_failure = _engine_failure(
-                answer, gt_sheet, row, column, expected, ENGINE_FAILURE_VALUES
-            )
+            out_failure = _engine_failure(output, out_sheet, row, column, actual, FAILS_CHECK)
+            ans_failure = _engine_failure(answer, gt_sheet, row, column, expected, FAILS_CHECK)
             if out_failure and not ans_failure and expected == actual:
                 # Excel's own value is this error too (#NAME? in the answer's cached
                 # values): SpreadsheetBench compares the two strings, and so do we.

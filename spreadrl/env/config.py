@@ -19,7 +19,7 @@ from spreadrl.config import Section, option
 from spreadrl.env.recalc import ENGINES
 from spreadrl.errors import ConfigError
 
-TOOL_PRESETS = ("minimal", "full", "spreadsheet-rl")
+TOOL_PRESETS = ("minimal", "full", "spreadsheet-rl", "spreadsheet-rl-2606")
 ENGINE_ALIASES = ("soffice",)  # get_engine's other name for libreoffice
 CODE_MIN_OBSERVATION_CHARS = 200
 """Smallest observation the code env accepts: its labels and exit status need room."""
@@ -46,8 +46,9 @@ class EnvConfig(Section):
     )
     tools: str | list[str] = option(
         "full",
-        "Tool preset (minimal | full | spreadsheet-rl: Spreadsheet-RL's contracts, "
-        "docs/tools.md) or a list of tool names.",
+        "Tool preset (minimal | full | spreadsheet-rl: the Spreadsheet-RL-4B checkpoint's "
+        "contracts | spreadsheet-rl-2606: upstream's June 2026 scaffold; docs/tools.md) or a "
+        "list of tool names.",
     )
     tool_descriptions: str | None = option(
         None,
@@ -102,7 +103,8 @@ class EnvConfig(Section):
             tools = tools[0]
         if not tools:
             raise ConfigError(
-                "env.tools is empty; use a preset (minimal | full | spreadsheet-rl) or tool names"
+                "env.tools is empty; use a preset (minimal | full | spreadsheet-rl | "
+                "spreadsheet-rl-2606) or tool names"
             )
         object.__setattr__(self, "tools", tools)
         if self.tool_descriptions and tools != "spreadsheet-rl":

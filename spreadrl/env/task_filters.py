@@ -12,7 +12,8 @@ from __future__ import annotations
 from spreadrl.cells import AnswerPositionError, column_name, parse_answer_position, range_cells
 from spreadrl.data.task import Task
 from spreadrl.env.checker import check_workbook, values_match
-from spreadrl.env.recalc.values import ENGINE_FAILURE_VALUES, load_values
+from spreadrl.env.recalc.errors import FAILS_CHECK
+from spreadrl.env.recalc.values import load_values
 from spreadrl.errors import WorkbookError
 
 # ---------------------------------------------------------------- structure
@@ -82,7 +83,7 @@ class ReproducibleFilter:
                     after = fresh.value(name, row, column)
                     formula = fresh.formula(name, row, column)
                     ref = f"{name}!{column_name(column)}{row}"
-                    if isinstance(after, str) and after in ENGINE_FAILURE_VALUES and formula:
+                    if isinstance(after, str) and after in FAILS_CHECK and formula:
                         bad.append(f"{ref} {formula} -> {after} (only Excel computes it)")
                     elif formula and before is not None and not values_match(before, after):
                         bad.append(f"{ref} {formula}: saved {before!r}, recalculated {after!r}")

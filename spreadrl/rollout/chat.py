@@ -126,10 +126,35 @@ class ChatFormat:
             return {"role": "assistant", "content": text}
         return {"role": "assistant", "content": content, "reasoning_content": reasoning}
 
+    def split_message(self, content: str) -> tuple[str | None, str]:
+        """(reasoning, content) of a *message's* content, read as Qwen3's templates read it.
+
+        Not :meth:`split_reasoning`, which reads *sampled* text: there, under a
+        generation prompt that opens the block, text without a close marker is
+        all reasoning (a turn cut mid-thought). A message's content is what
+        follows the reasoning; it holds reasoning only inline, before a close
+        marker (the text before the first one, after the last open marker
+        before it), else none (None).
+        """
+        if not self.think_close or self.think_close not in content:
+            return None, content
+        parts = content.split(self.think_close)
+        reasoning = parts[0].rstrip("\n")
+        if self.think_open:
+            reasoning = reasoning.split(self.think_open)[-1]
+        return reasoning.lstrip("\n"), parts[-1].lstrip("\n")
+
     def assistant_text(self, content: str, reasoning: str | None = None) -> str:
-        """What the model samples (before the stop) for a message the template renders from these fields."""
+        """What the model samples (before the stop) for a message the template renders from these fields.
+
+        ``reasoning`` None: the content is read for inline reasoning
+        (:meth:`split_message`); without any, a template that opens every turn
+        with the reasoning block renders an empty one (``<think>\\n\\n</think>\\n\\n``),
+        so the model's part is the close marker and the content: the message
+        has empty reasoning, never all-reasoning.
+        """
         if reasoning is None:
-            reasoning, content = self.split_reasoning(content)
+            reasoning, content = self.split_message(content)
         if reasoning is None and not self.opens_thinking:
             return content
         return (

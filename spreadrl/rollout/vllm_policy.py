@@ -24,6 +24,7 @@ from typing import TYPE_CHECKING, Literal, get_args
 import torch
 
 from spreadrl.errors import MissingDependencyError, SpreadrlError
+from spreadrl.rollout.allocator import engine_allocator_env
 from spreadrl.rollout.types import PolicyTurn, SamplingParams, derive_seed
 
 if TYPE_CHECKING:  # vLLM is the gpu extra: imported when an engine is built, never here
@@ -312,7 +313,7 @@ class VLLMPolicy:
             enable_sleep_mode = bool(self.engine_args["enable_sleep_mode"])
             if weight_transfer == "ipc":
                 allow_ipc_handles()
-            with engine_process_env(local_rank):
+            with engine_process_env(local_rank), engine_allocator_env():
                 llm = vllm.LLM(**self.engine_args)
         self.enable_sleep_mode = enable_sleep_mode
         self.llm = llm

@@ -38,11 +38,16 @@ class Completion:
 
 
 def to_template_messages(request: ChatCompletionRequest) -> list[dict[str, Any]]:
-    """Request messages as the chat template wants them (tool-call arguments as objects)."""
+    """Request messages as the chat template wants them (tool-call arguments as objects).
+
+    An assistant turn's echoed reasoning (``reasoning_content`` or ``reasoning``)
+    goes to the template as ``reasoning_content``; a turn sent back without it is
+    rendered with an empty ``<think>`` block, a context the model never saw in
+    training (docs/thinking.md)."""
     messages: list[dict[str, Any]] = []
     for message in request.messages:
         item: dict[str, Any] = {"role": message.role, "content": message.text()}
-        if message.reasoning_content:
+        if message.reasoning_content is not None:
             item["reasoning_content"] = message.reasoning_content
         if message.tool_calls:
             calls = []

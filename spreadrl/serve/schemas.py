@@ -12,7 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import AliasChoices, BaseModel, ConfigDict, Field
 
 
 @dataclass(frozen=True)
@@ -57,7 +57,12 @@ class ChatMessage(BaseModel):
     tool_calls: list[ToolCallItem] | None = None
     tool_call_id: str | None = None
     name: str | None = None
-    reasoning_content: str | None = None
+    # an assistant turn's reasoning, echoed back by the client under either name it is
+    # returned under (``reasoning_content``; ``reasoning`` as vLLM's newer servers name it):
+    # the template renders it, so the model sees the turns as it wrote them
+    reasoning_content: str | None = Field(
+        default=None, validation_alias=AliasChoices("reasoning_content", "reasoning")
+    )
 
     def text(self) -> str:
         """The message's text: a string as is, text parts joined, None as ''."""

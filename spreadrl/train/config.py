@@ -44,6 +44,12 @@ class ModelConfig(Section):
     gradient_checkpointing: bool = option(
         False, "Recompute activations in backward to save memory."
     )
+    cpu_offload: bool = option(
+        False,
+        "FSDP2 CPU offload of the trained model and its KL reference: parameters, gradients "
+        "and AdamW state stay in CPU memory, each layer visits the GPU for its forward and "
+        "backward, and the optimizer steps on the CPU (needs torchrun; GPU memory for time).",
+    )
 
 
 @dataclass(frozen=True)

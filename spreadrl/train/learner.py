@@ -66,9 +66,10 @@ class Learner:
         info, compute = run.info, run.precision.compute
         model, tokenizer, start = run.build_policy(cfg.model, cfg.loss)
         reference = build_reference(start, cfg.loss, dtype=compute)
-        shard_model(model, info, compute_dtype=compute)
+        offload = cfg.model.cpu_offload
+        shard_model(model, info, compute_dtype=compute, cpu_offload=offload)
         if reference is not None and reference.separate:
-            shard_model(reference.model, info, compute_dtype=compute)
+            shard_model(reference.model, info, compute_dtype=compute, cpu_offload=offload)
         scoring = Scoring.for_run(cfg.rollout, cfg.optim, compute)
         per_step = updates_per_step(cfg.rollout, cfg.optim)
         optimizer = build_optimizer(model, cfg.optim)
@@ -116,7 +117,7 @@ class Learner:
         none on one rank): gathering sharded parameters is a collective.
         """
         memory, pad_id = self.memory, self.pad_id
-        timings = {"rollout_peak_gb": memory.peak_gb() or 0.0}
+        timings = memory.figures("rollout")  # allocated, reserved and device peaks
         memory.reset()
         t0 = t_train = time.perf_counter()
         with gathered_params(self.model):
@@ -154,7 +155,7 @@ class Learner:
             while self.scheduler.last_epoch < step * self.per_step:
                 self.scheduler.step()
         timings["update_s"] = time.perf_counter() - t0
-        timings["train_peak_gb"] = memory.peak_gb() or 0.0
+        timings.update(memory.figures("train"))
         timings.update(rollouts.updated(step, self.model, t_train))
         # the held-out eval may wake the engine before the next step does
         release_for_generation(self.model, self.optimizer, self.info.device)

@@ -27,8 +27,25 @@ process with ``torch.autocast``):
   working memory (:data:`VLLM_WORKING_GIB`) and the KV cache; the rest is KV
   tokens at ``2 x layers x kv_heads x head_dim x 2 bytes`` each (147,456 bytes
   for Qwen3-4B);
-- runtime: the CUDA context, NCCL buffers and allocator slack
-  (:data:`RUNTIME_GIB`, assumed).
+- uncounted allocations: what ``max_memory_allocated`` holds beyond the
+  components above (cuBLAS workspaces, casts, generation's logits),
+  :data:`UNCOUNTED_GIB`, calibrated on the first GPU run (below).
+
+What the device holds is more than torch allocates. Per phase, the device peak
+is the allocated peak x (1 + :data:`ALLOCATOR_RESERVE`) (blocks the caching
+allocator keeps cached, and fragmentation) plus the process's CUDA context
+(:data:`CUDA_CONTEXT_GIB`) and, with more than one GPU, NCCL's buffers
+(:data:`NCCL_GIB`). A phase fits when its device peak leaves
+:data:`FIT_MARGIN_GIB` of the GPU free. Calibration (2026-11-26, one H200,
+torch 2.11, the ``bench gpu`` shape: 4b-shape, 16,384-token micro-batches, no
+KL): the update's ``max_memory_allocated`` was 75.2 GiB (one process) and
+75.4 GiB (torchrun) against 73.1 counted by the components, the rollout's
+55.1 against 53.0, so 2.2 GiB uncounted; nvidia-smi's device peak was
+80.0 GiB against 75.4 allocated: 4.6 GiB, of which the context is assumed
+1.0 (CUDA 0.6, NCCL 0.4) and the rest, 4.8% of the allocated peak, is the
+reserve. That run used the default allocator; with expandable segments
+(:mod:`spreadrl.train.memory` sets them for the trainer) the reserve should
+shrink, which the plan does not assume until a device measures it.
 
 Phases: generation (master + optimizer + frozen + runtime + the vLLM share; the
 gradients were freed), the log-prob passes (the engine asleep, the whole model
@@ -39,9 +56,15 @@ on. Time: the update and log-prob FLOPs of a step at the recipe's full budgets
 (every episode at its token limit, an upper bound) at a stated MFU, the rollout's
 wall-time bound, and the collective timeout (:mod:`spreadrl.train.timeouts`).
 
-Not modelled: memory fragmentation beyond the runtime allowance, attention
+CPU offload (``model.cpu_offload``, FSDP2's ``CPUOffloadPolicy``): the master
+weights, gradients, AdamW state and the KL reference leave the GPU for CPU
+memory (``Plan.host_gib`` per process); the GPU keeps the units FSDP2 gathers
+in the compute dtype, so the update's compute copy is FSDP2's even on one GPU.
+The time the copies over PCIe take is not modelled.
+
+Not modelled: attention
 kernels that materialise [tokens x tokens] scores (SDPA's flash and
-memory-efficient kernels on GPU do not), CPU offload.
+memory-efficient kernels on GPU do not).
 """
 
 from __future__ import annotations
@@ -67,7 +90,11 @@ from spreadrl.train.precision import compute_dtype
 from spreadrl.train.timeouts import collective_timeout_s, rollout_rounds
 
 GIB = 2**30
-RUNTIME_GIB = 2.0  # CUDA context (~0.5), NCCL buffers, allocator slack: per GPU, assumed
+UNCOUNTED_GIB = 2.2  # allocated beyond the components: measured - counted (module docstring)
+ALLOCATOR_RESERVE = 0.05  # cached + fragmented, x the allocated peak: 4.8% measured, rounded up
+CUDA_CONTEXT_GIB = 0.6  # the CUDA context, handles and loaded kernels of one process, assumed
+NCCL_GIB = 0.4  # NCCL's communicator buffers per rank (more than one GPU), assumed
+FIT_MARGIN_GIB = 2.0  # a phase "fits" when its device peak leaves this much of the GPU free
 VLLM_WORKING_GIB = 1.5  # vLLM's activations at its profiling batch, CUDA graphs, sampler
 VLLM_ASLEEP_GIB = 0.5  # what a level-2 sleeping engine keeps (not weights, not KV)
 RECOMPUTE_FACTOR = 1.5  # a checkpointed layer's recompute + backward, x its forward
@@ -163,16 +190,23 @@ class Hardware:
 
 @dataclass
 class Plan:
-    """One GPU's figures in GiB: components, phase peaks, the engine's KV tokens, verdict."""
+    """One GPU's figures in GiB: components, phase peaks, the engine's KV tokens, verdict.
+
+    ``phases``: each phase's device peak (what nvidia-smi shows: allocated, the
+    allocator's reserve, the context); ``allocated``: its ``max_memory_allocated``.
+    On CPU the two are the same."""
 
     components: list[tuple[str, float, str]]
     phases: dict[str, float]
     kv_tokens: int
     max_model_len: int
     hardware: Hardware
+    allocated: dict[str, float] = field(default_factory=dict)
+    margin_gib: float = 0.0
     times: list[tuple[str, str]] = field(default_factory=list)
     problems: list[str] = field(default_factory=list)
     largest_utilization: float = 0.0
+    host_gib: float = 0.0  # CPU memory per process under model.cpu_offload
 
     @property
     def fits(self) -> bool:
@@ -181,6 +215,17 @@ class Plan:
     def gib(self, component: str) -> float:
         """One component's GiB, by the name it has in the table."""
         return next(v for name, v, _ in self.components if name == component)
+
+    def spare(self, phase: str) -> float:
+        """GiB of the GPU left free at ``phase``'s device peak (negative: over)."""
+        return self.hardware.memory_gib - self.phases[phase]
+
+    def verdict(self, phase: str) -> str:
+        """ "fits with X GiB margin" when the margin is left free, else "does not fit"."""
+        spare = self.spare(phase)
+        if spare >= self.margin_gib:
+            return f"fits with {spare:.1f} GiB margin"
+        return f"does not fit: {spare:.1f} GiB free, {self.margin_gib:g} GiB margin needed"
 
 
 @dataclass(frozen=True)
@@ -199,6 +244,7 @@ class _Budget:
     chunk_per_token: float
     chunk_floor: float
     vllm_weights: float
+    host: float = 0.0  # offloaded to CPU memory (model.cpu_offload), off the GPU
 
 
 def _budget(cfg: GRPOConfig, shape: ModelShape, hw: Hardware, tokens: int) -> _Budget:
@@ -211,11 +257,12 @@ def _budget(cfg: GRPOConfig, shape: ModelShape, hw: Hardware, tokens: int) -> _B
     if getattr(cfg.loss, "kl_coef", 0.0) > 0 and not lora:
         frozen += shape.params  # the reference, a bf16 copy of the starting weights
     mixed = compute != "float32"
-    if w > 1:  # FSDP2: units gathered one at a time (plus a prefetch) in the update
+    fsdp = w > 1 or cfg.model.cpu_offload  # offload runs through FSDP2 even on one GPU
+    if fsdp:  # FSDP2: units gathered one at a time (plus a prefetch) in the update
         copy_update = cb * (shape.root_params + 2 * shape.layer_params)
     else:  # autocast caches a cast of every float32 weight for the whole forward
         copy_update = cb * shape.params if mixed and not lora else 0
-    copy_full = cb * shape.params if (w > 1 or (mixed and not lora)) else 0
+    copy_full = cb * shape.params if (fsdp or (mixed and not lora)) else 0
     layer = tokens * shape.layer_elements_per_token() * cb
     if cfg.model.gradient_checkpointing:
         # the layer's forward again, and its gradients as backward walks through it:
@@ -226,11 +273,18 @@ def _budget(cfg: GRPOConfig, shape: ModelShape, hw: Hardware, tokens: int) -> _B
     per_token = shape.vocab * (BYTES_PER_LOGIT_CUT if cfg.rollout.top_p < 1.0 else BYTES_PER_LOGIT)
     if compute == "float32":  # no bf16 head output, no float32 copy: measured 8.7-15.5 on CPU
         per_token -= 12 * shape.vocab
+    held = {  # the sharded state: on the GPU, or in CPU memory under model.cpu_offload
+        "master": 4 * trainable / w,
+        "grads": 4 * trainable / w,
+        "optim": 8 * trainable / w,
+        "frozen": DTYPE_BYTES[compute] * frozen / w,
+    }
+    host = sum(held.values()) if cfg.model.cpu_offload else 0.0
+    if cfg.model.cpu_offload:
+        held = dict.fromkeys(held, 0.0)
     return _Budget(
-        master=4 * trainable / w,
-        grads=4 * trainable / w,
-        optim=8 * trainable / w,
-        frozen=DTYPE_BYTES[compute] * frozen / w,
+        **held,
+        host=host,
         copy_update=copy_update,
         copy_full=copy_full,
         saved=saved,
@@ -265,58 +319,67 @@ def _lora_params(cfg: GRPOConfig, shape: ModelShape) -> int:
     return per_layer * shape.layers
 
 
+@dataclass(frozen=True)
+class _Device:
+    """What a GPU holds beyond the components, in bytes (all zero on CPU)."""
+
+    uncounted: float  # allocated, not in any component
+    reserve: float  # x the allocated peak: cached blocks and fragmentation
+    context: float  # the CUDA context (and NCCL's buffers)
+    margin: float  # left free by a phase that fits
+
+    def peak(self, allocated: float) -> float:
+        """The device peak of a phase whose ``max_memory_allocated`` is ``allocated``."""
+        return allocated * (1.0 + self.reserve) + self.context
+
+
+def _device(hw: Hardware) -> _Device:
+    if not hw.device.startswith("cuda"):
+        return _Device(0.0, 0.0, 0.0, 0.0)
+    context = CUDA_CONTEXT_GIB + (NCCL_GIB if hw.gpus > 1 else 0.0)
+    return _Device(UNCOUNTED_GIB * GIB, ALLOCATOR_RESERVE, context * GIB, FIT_MARGIN_GIB * GIB)
+
+
 def plan_memory(cfg: GRPOConfig, shape: ModelShape, hw: Hardware) -> Plan:
     """The per-GPU plan of GRPO recipe ``cfg`` for a model of ``shape`` on ``hw``."""
     compute = compute_dtype(cfg.model.dtype, hw.device)
     tokens = cfg.optim.micro_batch_tokens
     b = _budget(cfg, shape, hw, tokens)
+    dev = _device(hw)
     mem = hw.memory_gib * GIB
-    cuda = hw.device.startswith("cuda")
-    runtime = RUNTIME_GIB * GIB if cuda else 0.0
     vllm = cfg.rollout.backend == "vllm"
     util = cfg.rollout.vllm_gpu_memory_utilization if vllm else 0.0
     share = util * mem
     kv_bytes = shape.kv_bytes_per_token(DTYPE_BYTES[compute])
     kv_tokens = max(0, int((share - b.vllm_weights - VLLM_WORKING_GIB * GIB) // kv_bytes))
     max_model_len = cfg.data.max_prompt_tokens + cfg.rollout.max_response_tokens
-    asleep = VLLM_ASLEEP_GIB * GIB if vllm else 0.0
-    resident = b.master + b.optim + b.frozen + runtime
+    asleep = VLLM_ASLEEP_GIB * GIB if vllm else 0.0  # the engine's process, not the trainer's
+    resident = b.master + b.optim + b.frozen + dev.uncounted
     if vllm:
-        generation = resident + share
+        generation = resident
     else:  # hf: the trainer's own model samples, gathered, with transformers' KV cache
         rows = cfg.rollout.prompts_per_step * cfg.rollout.group_size // max(1, hw.gpus)
         generation = resident + b.copy_full + rows * max_model_len * kv_bytes
-    logprobs = resident + asleep + b.copy_full
-    update = resident + asleep + b.grads + b.copy_update + b.saved
-    chunk = _chunk_bytes(b, tokens, mem - update) if cuda else b.chunk_floor
+    logprobs = resident + b.copy_full
+    update = resident + b.grads + b.copy_update + b.saved
+    free = mem - dev.peak(update) - asleep
+    chunk = _chunk_bytes(b, tokens, free) if hw.device.startswith("cuda") else b.chunk_floor
     logprobs += max(b.no_grad_set, chunk / 2)  # no backward: half the chunk's bytes
     update += max(b.layer_set, chunk)
-    components = [
-        ("master weights (fp32)", b.master, "trained weights, sharded" if hw.gpus > 1 else ""),
-        ("gradients (fp32)", b.grads, "freed before generation"),
-        ("optimizer state (AdamW, fp32)", b.optim, "2 moments"),
-        ("frozen weights", b.frozen, "KL reference / LoRA base, in the compute dtype"),
-        ("compute copy (update)", b.copy_update, f"{compute} weights the forward reads"),
-        ("compute copy (log-prob passes)", b.copy_full, "the whole model, gathered / cast"),
-        ("activations (update)", b.saved + b.layer_set, f"{tokens} tokens per micro-batch"),
-        ("log-prob chunk", chunk, "peak counts the larger of this and a recomputed layer"),
-        ("runtime", runtime, "CUDA context, NCCL, allocator slack (assumed)"),
-    ]
-    if vllm:
-        components.append(("vLLM share", share, f"{kv_tokens:,} KV tokens at {util:g}"))
+    allocated = {"generation": generation, "log-prob passes": logprobs, "update": update}
+    extra = {"generation": share, "log-prob passes": asleep, "update": asleep}
     plan = Plan(
-        components=[(n, v / GIB, note) for n, v, note in components],
-        phases={
-            "generation": generation / GIB,
-            "log-prob passes": logprobs / GIB,
-            "update": update / GIB,
-        },
+        components=_components(cfg, b, dev, hw, chunk, update, share, kv_tokens),
+        phases={k: (dev.peak(v) + extra[k]) / GIB for k, v in allocated.items()},
         kv_tokens=kv_tokens,
         max_model_len=max_model_len,
         hardware=hw,
+        allocated={k: v / GIB for k, v in allocated.items()},
+        margin_gib=dev.margin / GIB,
     )
-    plan.largest_utilization = max(0.0, (mem - resident) / mem)
-    plan.problems = _problems(cfg, plan, b, shape, mem, resident, kv_bytes)
+    plan.largest_utilization = max(0.0, (mem - dev.peak(resident) - dev.margin) / mem)
+    plan.host_gib = b.host / GIB
+    plan.problems = _problems(cfg, plan, b, dev, mem, dev.peak(resident), kv_bytes)
     if cfg.rollout.prompts_per_step % max(1, hw.gpus):
         try:
             check_world_size(cfg.rollout, DistInfo(world_size=hw.gpus))
@@ -326,16 +389,57 @@ def plan_memory(cfg: GRPOConfig, shape: ModelShape, hw: Hardware) -> Plan:
     return plan
 
 
+def _components(
+    cfg: GRPOConfig,
+    b: _Budget,
+    dev: _Device,
+    hw: Hardware,
+    chunk: float,
+    update: float,
+    share: float,
+    kv_tokens: int,
+) -> list[tuple[str, float, str]]:
+    """The table's rows in GiB: what is allocated, then what the device holds beside it."""
+    compute = compute_dtype(cfg.model.dtype, hw.device)
+    tokens = cfg.optim.micro_batch_tokens
+    rows = [
+        ("master weights (fp32)", b.master, "trained weights, sharded" if hw.gpus > 1 else ""),
+        ("gradients (fp32)", b.grads, "freed before generation"),
+        ("optimizer state (AdamW, fp32)", b.optim, "2 moments"),
+        ("frozen weights", b.frozen, "KL reference / LoRA base, in the compute dtype"),
+        ("compute copy (update)", b.copy_update, f"{compute} weights the forward reads"),
+        ("compute copy (log-prob passes)", b.copy_full, "the whole model, gathered / cast"),
+        ("activations (update)", b.saved + b.layer_set, f"{tokens} tokens per micro-batch"),
+        ("log-prob chunk", chunk, "peak counts the larger of this and a recomputed layer"),
+        ("uncounted allocations", dev.uncounted, "workspaces, casts (calibrated on a GPU)"),
+        (
+            "allocator reserve",
+            dev.reserve * update,
+            f"{100 * dev.reserve:.0f}% of a phase's allocated peak (the update's here)",
+        ),
+        ("CUDA context", dev.context, "per process" + (", with NCCL" if hw.gpus > 1 else "")),
+    ]
+    if cfg.rollout.backend == "vllm":
+        util = cfg.rollout.vllm_gpu_memory_utilization
+        rows.append(("vLLM share", share, f"{kv_tokens:,} KV tokens at {util:g}"))
+    if cfg.model.cpu_offload:
+        moved = {"master weights (fp32)", "gradients (fp32)", "optimizer state (AdamW, fp32)"}
+        moved.add("frozen weights")
+        note = f"in CPU memory (model.cpu_offload: {b.host / GIB:.1f} GiB per process)"
+        rows = [(n, v, note if n in moved else text) for n, v, text in rows]
+    return [(n, v / GIB, note) for n, v, note in rows]
+
+
 def _problems(
     cfg: GRPOConfig,
     plan: Plan,
     b: _Budget,
-    shape: ModelShape,
+    dev: _Device,
     mem: float,
     resident: float,
     kv_bytes: int,
 ) -> list[str]:
-    """What does not fit, each naming the setting to change."""
+    """What does not fit (with the margin left free), each naming the setting to change."""
     out = []
     gib = plan.hardware.memory_gib
     engine_floor = b.vllm_weights + VLLM_WORKING_GIB * GIB + plan.max_model_len * kv_bytes
@@ -345,15 +449,16 @@ def _problems(
         util = cfg.rollout.vllm_gpu_memory_utilization
         if least > most:
             out.append(
-                f"the trainer keeps {resident / GIB:.1f} GiB per GPU during generation, leaving "
-                f"{most:.2f} of {gib:g} GiB for vLLM, below the {least:.2f} its weights and one "
-                f"{plan.max_model_len}-token sequence need: use more GPUs (--gpus) or "
-                "model.lora.enabled=true"
+                f"the trainer holds {resident / GIB:.1f} GiB per GPU during generation, leaving "
+                f"{most:.2f} of {gib:g} GiB for vLLM beside a {plan.margin_gib:g} GiB margin, "
+                f"below the {least:.2f} its weights and one {plan.max_model_len}-token sequence "
+                "need: use more GPUs (--gpus) or model.lora.enabled=true"
             )
-        elif plan.phases["generation"] > gib:
+        elif plan.spare("generation") < plan.margin_gib:
             out.append(
-                f"generation needs {plan.phases['generation']:.1f} GiB of {gib:g}: set "
-                f"rollout.vllm_gpu_memory_utilization to at most {most - 0.005:.2f} (now {util:g})"
+                f"generation needs {plan.phases['generation']:.1f} GiB of {gib:g} and a "
+                f"{plan.margin_gib:g} GiB margin: set rollout.vllm_gpu_memory_utilization to at "
+                f"most {most - 0.005:.2f} (now {util:g})"
             )
         elif plan.kv_tokens < plan.max_model_len:
             out.append(
@@ -361,19 +466,24 @@ def _problems(
                 f"{plan.max_model_len}-token sequence: set rollout.vllm_gpu_memory_utilization "
                 f"to at least {least + 0.005:.2f} (now {util:g})"
             )
+    elif plan.spare("generation") < plan.margin_gib:
+        out.append(_too_big(cfg, plan, "generation", b, dev))
     for phase in ("log-prob passes", "update"):
-        if plan.phases[phase] > gib:
-            out.append(_too_big(cfg, plan, phase, shape, b))
+        if plan.spare(phase) < plan.margin_gib:
+            out.append(_too_big(cfg, plan, phase, b, dev))
     return out
 
 
-def _too_big(cfg: GRPOConfig, plan: Plan, phase: str, shape: ModelShape, b: _Budget) -> str:
+def _too_big(cfg: GRPOConfig, plan: Plan, phase: str, b: _Budget, dev: _Device) -> str:
     gib = plan.hardware.memory_gib
-    over = plan.phases[phase] - gib
-    head = f"the {phase} peak at {plan.phases[phase]:.1f} GiB of {gib:g}"
+    over = plan.margin_gib - plan.spare(phase)
+    head = (
+        f"the {phase} peak at {plan.phases[phase]:.1f} GiB on the device "
+        f"({plan.allocated[phase]:.1f} allocated) of {gib:g}, with a {plan.margin_gib:g} GiB margin"
+    )
     if phase == "update" and not cfg.model.gradient_checkpointing:
         return f"{head}: set model.gradient_checkpointing=true"
-    per_token = (b.saved + b.layer_set) / max(1, cfg.optim.micro_batch_tokens)
+    per_token = (b.saved + b.layer_set) * (1.0 + dev.reserve) / max(1, cfg.optim.micro_batch_tokens)
     if phase == "update" and per_token > 0:
         fit = int(cfg.optim.micro_batch_tokens - over * GIB / per_token)
         if fit >= plan.max_model_len:

@@ -8,6 +8,17 @@ learns precisely the token structure it will later sample in, and SFT and RL
 agree on what an episode looks like. An assistant message's text is what the
 model samples under the tokenizer's chat format, its reasoning
 (``reasoning_content``, or an inline ``<think>`` block) included and trained.
+
+A message without reasoning (``sft-build``'s oracle rows; rows from a server
+whose reasoning parser kept it apart) has *empty* reasoning: under a template
+that opens every turn in ``<think>`` (Qwen3-4B-Thinking-2507) it is trained as
+``\n</think>\n\n`` then its content, the text the template renders
+(``<think>\n\n</think>\n\n...``), never with its calls inside the reasoning.
+At that seam the ids are the rollout's, not those of the rendered text
+tokenized whole: the prompt keeps the generation prompt's own ``<think>``,
+``\n`` and the model's ``\n`` before ``</think>`` is a token of its own, where
+tokenizing ``<think>\n\n</think>`` in one piece merges the two newlines into
+one token, a context the model never samples from.
 """
 
 from __future__ import annotations

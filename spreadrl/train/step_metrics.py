@@ -7,6 +7,7 @@ import torch
 from spreadrl.rollout.types import Trajectory
 from spreadrl.train.config import LoggingConfig
 from spreadrl.train.distributed import all_reduce
+from spreadrl.train.memory import MEMORY_KEYS
 from spreadrl.train.setup import Run
 from spreadrl.train.trajectory_log import save_step_trajectories
 
@@ -83,7 +84,7 @@ def reduce_over_ranks(metrics: dict[str, float], trajectories: int) -> dict[str,
         value = all_reduce(metrics.get(key, 0.0))
         if count:
             out[key] = value / count
-    for key in ("refill_rounds", "rollout_peak_gb", "train_peak_gb"):  # set on every rank
+    for key in ("refill_rounds", *MEMORY_KEYS):  # set on every rank (on CUDA, for the GiB)
         if key in metrics:
             out[key] = all_reduce(metrics[key], op="max")
     return out

@@ -75,7 +75,7 @@ def test_the_arguments_model_accepts_what_the_schema_advertises():
 
 def test_the_preset_stands_alone_and_spreadrls_set_stays_the_default():
     assert EnvConfig().tools == "full"
-    assert resolve_tools("full") == list(TOOLS.values())
+    assert resolve_tools("full") == [TOOLS[n] for n in TOOLS if n != "copy_range"]
     assert EnvConfig(tools=["spreadsheet-rl"]).tools == "spreadsheet-rl"
     with pytest.raises(SpreadrlError, match="use it alone"):
         resolve_tools(["spreadsheet-rl", "write_range"])
@@ -89,9 +89,9 @@ def test_both_presets_write_through_one_implementation(tmp_path, monkeypatch):
     def broken(*args: Any, **kwargs: Any) -> Any:
         raise ToolError("shared write path")
 
-    assert srl.write_values is edit.write_values  # the preset imports the gym's own writer
+    assert srl.edit.write_values is edit.write_values  # the preset imports the gym's own writer
     monkeypatch.setattr(edit, "write_values", broken)
-    monkeypatch.setattr(srl, "write_values", broken)
+    monkeypatch.setattr(srl.edit, "write_values", broken)
     ctx = make_ctx(tmp_path)
     with pytest.raises(ToolError, match="shared write path"):
         TOOLS["write_range"].call(ctx, {"range": "A1", "values": 1})

@@ -207,3 +207,117 @@ def test_the_model_config_comes_from_a_local_folder_or_a_named_error(tiny_model_
     missing = load_config(GRPOConfig, None, ["model.name_or_path=nobody/no-such-model-xyz"])
     with pytest.raises(ConfigError, match="--shape 4b-shape"):
         plan_recipe(missing, Hardware())
+
+
+# `spreadrl bench gpu`'s shape: the first GPU run measured it (docs/benchmarks.md, 2026-11-26)
+BENCH_SHAPE = [
+    "rollout.backend=hf",
+    "rollout.group_size=4",
+    "rollout.prompts_per_step=4",
+    "rollout.max_turns=1",
+    "rollout.max_new_tokens_per_turn=256",
+    "rollout.max_response_tokens=256",
+    "optim.micro_batch_tokens=16384",
+    "optim.mini_batch_size=0",
+    "loss.kl_coef=0",
+    "data.max_prompt_tokens=0",
+]
+
+
+def test_the_bench_shape_does_not_fit_an_h100_once_the_device_is_counted():
+    """Measured on one H200: 75.2-75.4 GiB allocated at the update, 80.0 GiB on the
+    device (nvidia-smi), 55.1 GiB allocated at the rollout. The plan said 75.1 "fits"."""
+    cfg = load_config(GRPOConfig, CONFIGS / "spreadsheet-rl-4b.yaml", BENCH_SHAPE)
+    plan = plan_memory(cfg, model_shape(preset_config("4b-shape")), Hardware(gpus=1))
+    assert plan.allocated["update"] == pytest.approx(75.3, abs=0.75)
+    assert plan.allocated["generation"] == pytest.approx(55.1, abs=0.6)
+    assert plan.phases["update"] == pytest.approx(80.0, rel=0.02)  # the device, not torch
+    assert plan.phases["update"] > plan.allocated["update"] + 4.0
+    assert not plan.fits
+    assert plan.verdict("update").startswith("does not fit")
+    assert any("optim.micro_batch_tokens to at most" in p for p in plan.problems)
+
+
+def test_fits_means_the_margin_is_left_free():
+    cfg = load_config(
+        GRPOConfig,
+        CONFIGS / "spreadsheet-rl-4b.yaml",
+        [*BENCH_SHAPE, "optim.micro_batch_tokens=8192"],
+    )
+    shape = model_shape(preset_config("4b-shape"))
+    plan = plan_memory(cfg, shape, Hardware(gpus=1))
+    assert plan.fits, plan.problems
+    spare = 79.6 - plan.phases["update"]
+    assert spare >= plan.margin_gib > 0
+    assert plan.verdict("update") == f"fits with {spare:.1f} GiB margin"
+    # a GPU just big enough for the device peak, but not for the margin, is refused
+    tight = plan_memory(cfg, shape, Hardware(gpus=1, memory_gib=plan.phases["update"] + 0.5))
+    assert not tight.fits
+    assert "margin needed" in tight.verdict("update")
+
+
+def test_on_cpu_the_device_figures_are_the_allocated_ones():
+    cfg = load_config(GRPOConfig, None, ["model.dtype=float32"])
+    plan = plan_memory(
+        cfg,
+        _shape(
+            params=10_000_000,
+            layer_params=200_000,
+            layers=4,
+            hidden=256,
+            intermediate=512,
+            q_dim=256,
+            kv_dim=128,
+            vocab=1000,
+        ),
+        Hardware(device="cpu", memory_gib=64),
+    )
+    assert plan.phases == pytest.approx(plan.allocated)
+    assert plan.margin_gib == 0.0
+
+
+def test_cpu_offload_moves_the_sharded_state_to_cpu_memory():
+    """model.cpu_offload (upstream's param_offload + optimizer_offload) as FSDP2 counts it."""
+    overrides = ["model.dtype=bfloat16", "loss.kl_coef=0.001", "rollout.backend=vllm"]
+    on_gpu = load_config(GRPOConfig, None, overrides)
+    offloaded = load_config(GRPOConfig, None, [*overrides, "model.cpu_offload=true"])
+    shape = _shape()
+    moved = ["master weights (fp32)", "gradients (fp32)", "optimizer state (AdamW, fp32)"]
+    moved.append("frozen weights")
+    for gpus in (1, 4):
+        kept = plan_memory(on_gpu, shape, Hardware(gpus=gpus))
+        off = plan_memory(offloaded, shape, Hardware(gpus=gpus))
+        assert all(off.gib(name) == 0.0 for name in moved)
+        assert off.host_gib == pytest.approx(sum(kept.gib(name) for name in moved))
+        assert kept.host_gib == 0.0
+        # generation holds the resident state (the gradients are freed by then): all of it left
+        left = kept.allocated["generation"] - off.allocated["generation"]
+        assert left == pytest.approx(off.host_gib - kept.gib("gradients (fp32)"))
+        assert off.allocated["update"] < kept.allocated["update"]
+    # one GPU: offload runs through FSDP2, which gathers a unit at a time, not the whole model
+    units = shape.root_params + 2 * shape.layer_params
+    one = plan_memory(offloaded, shape, Hardware(gpus=1))
+    assert one.gib("compute copy (update)") == pytest.approx(2 * units / 2**30)
+
+
+def test_the_repo_recipe_offloads_and_fits_upstreams_vllm_share():
+    cfg = load_config(GRPOConfig, CONFIGS / "spreadsheet-rl-4b-repo.yaml", [])
+    assert cfg.model.cpu_offload and cfg.rollout.vllm_gpu_memory_utilization == 0.85
+    plan = plan_memory(cfg, model_shape(preset_config("4b-shape")), Hardware(gpus=4))
+    assert plan.fits, plan.problems
+    kept = load_config(
+        GRPOConfig, CONFIGS / "spreadsheet-rl-4b-repo.yaml", ["model.cpu_offload=false"]
+    )
+    assert not plan_memory(kept, model_shape(preset_config("4b-shape")), Hardware(gpus=4)).fits
+
+
+def test_cpu_offload_needs_the_fsdp2_path():
+    from torch import nn
+
+    from spreadrl.errors import ConfigError
+    from spreadrl.train.distributed import DistInfo, shard_model
+
+    with pytest.raises(ConfigError, match="torchrun"):
+        shard_model(nn.Linear(2, 2), DistInfo(), cpu_offload=True)
+    model = nn.Linear(2, 2)
+    assert shard_model(model, DistInfo()) is model  # without offload one process is fine

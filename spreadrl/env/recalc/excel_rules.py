@@ -44,6 +44,8 @@ from typing import Any
 
 from openpyxl.utils.cell import column_index_from_string, get_column_letter
 
+from spreadrl.env.recalc.errors import is_error_value
+
 MAX_ROW = 1048576
 MAX_COLUMN = 16384
 UNKNOWN = object()  # an argument whose value a rule cannot know without evaluating it
@@ -214,16 +216,6 @@ def _argument(text: str, value_of: ValueOf) -> object:
     return value_of(sheet, match.group(2).replace("$", "").upper())
 
 
-_ERRORS = frozenset(
-    {"#NULL!", "#DIV/0!", "#VALUE!", "#REF!", "#NAME?", "#NUM!", "#N/A", "#GETTING_DATA"}
-    | {"#SPILL!", "#CALC!", "#ERROR!", "#N/IMPL!", "#CIRC!"}
-)
-
-
-def _is_error(value: object) -> bool:
-    return isinstance(value, str) and value in _ERRORS
-
-
 def _call_rule(name: str, args: list[Any]) -> tuple[str, str] | None:
     """('replace', error) or ('datevalue', '') when Excel's rule applies to this call."""
     if _DEC2.match(name) and len(args) == 2:
@@ -231,7 +223,7 @@ def _call_rule(name: str, args: list[Any]) -> tuple[str, str] | None:
         if (
             isinstance(places, float)
             and number is not UNKNOWN
-            and not _is_error(number)
+            and not is_error_value(number)
             and not 1 <= math.trunc(places) <= 10
         ):
             return ("replace", "#NUM!")
@@ -243,7 +235,7 @@ def _call_rule(name: str, args: list[Any]) -> tuple[str, str] | None:
         if (
             isinstance(number, str)
             and number
-            and not _is_error(number)
+            and not is_error_value(number)
             and not re.fullmatch(f"{digits}{{1,10}}", number)
         ):
             return ("replace", "#NUM!")
@@ -253,7 +245,7 @@ def _call_rule(name: str, args: list[Any]) -> tuple[str, str] | None:
         if (
             isinstance(text, str)
             and text.strip()
-            and not _is_error(text)
+            and not is_error_value(text)
             and ":" not in text
             and not _NUMERIC_TEXT.match(text.strip().replace(" ", ""))
         ):

@@ -39,6 +39,7 @@ from ironcalc import Model
 
 from spreadrl.cells import range_cells
 from spreadrl.env import recalc
+from spreadrl.env.recalc.errors import EXCEL_ERRORS, UNEVALUATED
 from spreadrl.env.recalc.excel_rules import UNKNOWN, function_calls, rewrite_formula
 from spreadrl.env.recalc.ironcalc_engine import _dump, save_model
 from spreadrl.env.recalc.libreoffice import LibreOfficeEngine, uno_python
@@ -47,24 +48,6 @@ from spreadrl.errors import SpreadrlError, WorkbookError
 
 log = logging.getLogger(__name__)
 
-# Error values Excel itself can produce (IronCalc adds #N/IMPL!, #ERROR!, #CIRC!).
-EXCEL_ERRORS = frozenset(
-    {
-        "#NULL!",
-        "#DIV/0!",
-        "#VALUE!",
-        "#REF!",
-        "#NAME?",
-        "#NUM!",
-        "#N/A",
-        "#GETTING_DATA",
-        "#SPILL!",
-        "#CALC!",
-    }
-)
-# IronCalc's errors that mean "could not compute" (an unknown or unimplemented function,
-# a construct it cannot parse) rather than a verdict on the inputs.
-ENGINE_ERRORS = frozenset({"#NAME?", "#N/IMPL!", "#ERROR!", "#CALC!", "#SPILL!"})
 # Every error IronCalc returns is a result it cannot vouch for: Excel may give a value
 # there, or another error. All of them go to LibreOffice; see _prefer for whose stays.
 _ERROR_LIKE = re.compile(r"^#[A-Z0-9/_]+[!?]?$|^Err:\d+$")
@@ -190,7 +173,7 @@ def untrusted_cells(
         value = model.get_cell_value(sheet, row, column)
         reason = distrust_reason(formula)
         if _is_error(value) and reason != BASE_REASON:
-            why = "could not evaluate it" if value in ENGINE_ERRORS else "gave an error"
+            why = "could not evaluate it" if value in UNEVALUATED else "gave an error"
             reasons[(sheet, row, column)] = f"IronCalc {why} ({value})"
             continue
         if reason:

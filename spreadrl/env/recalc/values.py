@@ -31,10 +31,6 @@ from spreadrl.env.recalc.hybrid import load_hybrid
 from spreadrl.env.recalc.xlsx_scan import load_model, scan_xlsx
 from spreadrl.errors import WorkbookError
 
-# Values an engine returns for a formula it could not evaluate: an unknown
-# function name, or a function IronCalc knows but has not implemented.
-ENGINE_FAILURE_VALUES = frozenset({"#NAME?", "#N/IMPL!"})
-
 
 def has_uncached_formulas(path: Path) -> bool:
     """True when some formula cell of ``path`` carries no cached value.

@@ -12,16 +12,12 @@ from openpyxl.utils.cell import column_index_from_string, coordinate_from_string
 from pydantic import Field
 
 from spreadrl.env.recalc import get_engine
+from spreadrl.env.recalc.errors import is_error_value
 from spreadrl.env.sandbox import SandboxLimits, SandboxResult, run_python
 from spreadrl.env.tools.base import Tool, ToolContext
 from spreadrl.env.tools.common import Args, RangesArgs, check_ranges, render_pages
 from spreadrl.env.workbook import WORKBOOK_NAME, ErrorValue, ToolError
 from spreadrl.errors import WorkbookError
-
-EXCEL_ERRORS = frozenset(
-    {"#NULL!", "#DIV/0!", "#VALUE!", "#REF!", "#NAME?", "#NUM!", "#N/A"}
-    | {"#SPILL!", "#CALC!", "#ERROR!", "#N/IMPL!", "#CIRC!"}
-)
 
 
 class RecalcArgs(RangesArgs):
@@ -30,8 +26,13 @@ class RecalcArgs(RangesArgs):
     max_cells: int | None = Field(None, description="Page size in cells (default 200).")
 
 
-def _evaluated(ctx: ToolContext) -> dict[str, dict[tuple[int, int], Any]]:
-    """Computed values of the saved working copy, reused while the workbook is unchanged."""
+def evaluated(ctx: ToolContext) -> dict[str, dict[tuple[int, int], Any]]:
+    """Computed values of the saved working copy, by sheet and (row, column).
+
+    Both tool presets read recalculated values through this one function, so the
+    engine runs once per workbook version (the result is kept in ``ctx.cache``).
+    Raises ToolError when the engine cannot recalculate the workbook.
+    """
     book = ctx.book
     cached = ctx.cache.get("recalc")
     if cached is not None and cached[0] == book.version:
@@ -62,7 +63,7 @@ def recalculate_and_read(ctx: ToolContext, args: RecalcArgs) -> str:
     if not 1 <= page <= cfg.max_page_cells:
         raise ToolError(f"max_cells must be between 1 and {cfg.max_page_cells}, got {page}")
     resolved = [ctx.book.parse_range(text, clip=True) for text in args.ranges]
-    values = _evaluated(ctx)
+    values = evaluated(ctx)
     blocks = []
     errors: dict[str, int] = {}
     for cell_range in resolved:
@@ -72,7 +73,7 @@ def recalculate_and_read(ctx: ToolContext, args: RecalcArgs) -> str:
             value = sheet.get((r, c))
             if value is None or value == "":
                 continue
-            if isinstance(value, str) and value in EXCEL_ERRORS:
+            if is_error_value(value):
                 errors[value] = errors.get(value, 0) + 1
                 value = ErrorValue(value)
             cells.append((r, c, value))
