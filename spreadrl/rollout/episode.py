@@ -34,6 +34,9 @@ from spreadrl.rollout.types import EndReason, PolicyTurn, RunValues, Trajectory
 
 log = logging.getLogger(__name__)
 
+# end reasons the environment gives at finish that the trajectory keeps as its own
+ENV_ENDED = frozenset({EndReason.WORKBOOK_REFUSED, EndReason.ENV_LIMIT})
+
 
 class EnvPoolLike(Protocol):
     """What the loop needs from spreadrl.env.pool's pools."""
@@ -225,6 +228,8 @@ def take_observations(
         changes.append(result.info.get("changed_cells"))
         if result.truncated:
             state.end(EndReason.MAX_TOOL_CALLS)
+        if result.terminated:  # the environment ended it (a refused workbook), with its reason
+            state.end(EndReason(result.info.get("end_reason", EndReason.ERROR)))
     first = len(state.traj.messages)
     _record_observations(state, observations, cfg, chat)
     for offset, changed in enumerate(changes):
@@ -301,7 +306,13 @@ def start_episodes(
         state.parallel_safe = frozenset(obs.info.get("parallel_safe_tools") or ())
         too_long = run.max_prompt_tokens and len(traj.prompt_ids) > run.max_prompt_tokens
         no_room = run.max_context_tokens and len(traj.prompt_ids) >= run.max_context_tokens
-        if too_long or no_room:
+        if too_long or no_room:  # the numbers, so an eval in which none started can say why
+            traj.metadata["prompt_tokens"] = len(traj.prompt_ids)
+            traj.metadata["prompt_limit"] = (
+                {"data.max_prompt_tokens": run.max_prompt_tokens}
+                if too_long
+                else {"the model's context": run.max_context_tokens}
+            )
             state.end(EndReason.PROMPT_TOO_LONG)
         states.append(state)
     return states
@@ -416,6 +427,8 @@ def apply_result(state: EpisodeState, future: Future[EpisodeResult]) -> None:
         return
     # the environment's reward; a recipe may shape ``reward`` later, never ``env_reward``
     traj.env_reward = traj.reward = float(result.reward)
+    if result.stop_reason in ENV_ENDED:  # e.g. the grading refused the output workbook
+        traj.stop_reason = result.stop_reason
     traj.passed = bool(result.passed)
     traj.mismatches = [
         {

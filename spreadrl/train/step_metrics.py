@@ -26,6 +26,9 @@ def step_metrics(
         "parse_errors": sum(t.parse_errors for t in trajs) / n,
         "prompt_too_long": float(sum(t.stop_reason == "prompt_too_long" for t in trajs)),
         "episode_errors": float(sum(t.crashed for t in trajs)),  # their groups are dropped
+        # episodes the environment ended scored 0: a refused workbook, a worker limit
+        "workbook_refused": float(sum(t.stop_reason == "workbook_refused" for t in trajs)),
+        "env_limit": float(sum(t.stop_reason == "env_limit" for t in trajs)),
         "groups_kept": float(keep.sum()),
         "groups": float(len(keep)),
     }
@@ -50,6 +53,8 @@ _COUNTS = (
     "trained_sequences",
     "prompt_too_long",
     "episode_errors",
+    "workbook_refused",
+    "env_limit",
     "tokens_per_s",
 )
 _UPDATE = (
