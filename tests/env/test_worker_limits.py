@@ -110,3 +110,30 @@ def test_the_settings_make_the_limits():
     assert (limits.memory_mb, limits.cpu_s) == (2048, 60)
     assert limits.wall_s > 60 + 30  # the watchdog waits out the budget and the sandbox
     assert EnvConfig(worker_cpu_s=0).worker_limits().wall_s == 0.0
+
+
+def test_the_gym_ends_an_episode_over_a_limit_scored_zero(tmp_path, monkeypatch):
+    """Out of memory in a tool call or in the grading: the episode ends env_limit, scored 0."""
+    from spreadrl.env import checker
+    from spreadrl.env.episode import SpreadsheetEnv
+    from spreadrl.env.tools import compute
+
+    task = make_task(tmp_path, revenue_answer)
+    env = SpreadsheetEnv(EnvConfig(tools="minimal"))
+    env.reset(task, 1)
+
+    def out_of_memory(*args, **kwargs):
+        raise MemoryError
+
+    monkeypatch.setattr(compute, "evaluated", out_of_memory)
+    step = env.step(ToolCall("recalculate_and_read", {"ranges": ["A1"]}))
+    assert step.terminated and not step.ok and step.info["end_reason"] == "env_limit"
+    assert "out of memory" in step.observation
+    result = env.finish(final_answer="done")
+    assert (result.reward, result.stop_reason) == (0.0, EndReason.ENV_LIMIT)
+
+    env.reset(task, 1)
+    monkeypatch.setattr(checker, "check_workbook", out_of_memory)
+    result = env.finish(final_answer="done")
+    assert (result.reward, result.stop_reason) == (0.0, EndReason.ENV_LIMIT)
+    assert "env.worker_memory_mb" in result.mismatches[0].reason
