@@ -39,6 +39,7 @@ def sft_build(
     ),
     base_url: str = typer.Option(None, help="Endpoint of the openai backend."),
     seed: int = typer.Option(0),
+    overwrite: bool = typer.Option(False, "--overwrite", help="Replace an existing --out file."),
 ) -> None:
     """Roll out a policy through the gym and keep the episodes that passed.
 
@@ -65,8 +66,10 @@ def sft_build(
     from spreadrl.rollout.backends import load_policy
     from spreadrl.rollout.config import RolloutConfig
     from spreadrl.rollout.types import RunValues
+    from spreadrl.run_folder import check_output_file
     from spreadrl.train.sft_build import build_sft_data, model_context
 
+    check_output_file(out, overwrite=overwrite)  # before any rollout: never a silent replace
     env, turns, default_tasks = _recipe_settings(config, preset, max_turns)
     if not (tasks or default_tasks):
         raise SpreadrlError("give --tasks (a task folder or builtin:<split>) or a --config recipe")
