@@ -30,8 +30,10 @@ from spreadrl.errors import SpreadrlError
 from spreadrl.rollout.chat import EpisodeChat
 from spreadrl.serve import agent
 from spreadrl.serve.context import ContextExceeded, generation_budget
+from spreadrl.serve.examples import example_list, example_workbook
 from spreadrl.serve.limits import Admission, DeadlineExceeded, LockedPolicy, Metrics, Overloaded
 from spreadrl.serve.page import index_html
+from spreadrl.serve.preview import workbook_grid
 from spreadrl.serve.schemas import ChatCompletionRequest, ServeSettings, error_body
 from spreadrl.serve.tasks import (
     PoolFactory,
@@ -139,7 +141,39 @@ def _too_many_tokens(max_tokens: int, settings: ServeSettings) -> JSONResponse |
 
 @router.get("/", response_class=HTMLResponse, include_in_schema=False)
 async def index(served: ServedDep) -> HTMLResponse:
-    return HTMLResponse(index_html(served.settings.preset))
+    settings = served.settings
+    return HTMLResponse(
+        index_html(
+            settings.preset, settings.model_name, settings.view_url, settings.default_max_tokens
+        )
+    )
+
+
+@router.get("/v1/examples")
+async def examples() -> dict[str, Any]:
+    """Built-in example tasks the page offers (instruction + workbook, no upload needed)."""
+    return {"object": "list", "data": example_list()}
+
+
+@router.get("/v1/examples/{task_id}/input.xlsx", response_model=None)
+async def example_input(task_id: str) -> JSONResponse | FileResponse:
+    try:
+        path = example_workbook(task_id)
+    except SpreadrlError as exc:
+        return error(404, str(exc), "not_found", "no_example")
+    return FileResponse(
+        path,
+        media_type="application/vnd.openxmlformats-officedocument.spreadsheetml.sheet",
+        filename=f"{task_id}.xlsx",
+    )
+
+
+@router.get("/v1/examples/{task_id}/preview", response_model=None)
+async def example_preview(task_id: str) -> JSONResponse | dict[str, Any]:
+    try:
+        return workbook_grid(example_workbook(task_id))
+    except SpreadrlError as exc:
+        return error(404, str(exc), "not_found", "no_example")
 
 
 @router.get("/health")
@@ -285,7 +319,18 @@ async def tasks(
     finally:
         if progress is not None and not isinstance(result, dict):
             progress.finish()  # refused (503) or failed: the page stops polling
+    if isinstance(result, dict):
+        result["preview"] = _before_after(served, data, result)
     return result
+
+
+def _before_after(served: Served, data: bytes, result: dict[str, Any]) -> dict[str, Any]:
+    """Grids of the uploaded workbook and of the agent's output (None when it has none)."""
+    output = served.store.output_path(result["id"]) if served.store and "id" in result else None
+    return {
+        "before": workbook_grid(data),
+        "after": workbook_grid(output) if output is not None else None,
+    }
 
 
 @router.get("/v1/tasks/progress/{progress_id}", response_model=None)

@@ -63,3 +63,19 @@ def test_check_outputs_with_no_matching_workbook_exits_non_zero(tmp_path):
     assert result.exit_code == 1  # main() prints the SpreadrlError as one error line
     assert isinstance(result.exception, SpreadrlError)
     assert "no output workbook matches a task" in str(result.exception)
+
+
+def test_eval_skip_bad_names_each_skipped_task(tmp_path):
+    tasks = tmp_path / "tasks"
+    made = runner.invoke(app, ["data", "synth", "--out", str(tasks), "--n", "2", "--cases", "1"])
+    assert made.exit_code == 0, made.output
+    broken = sorted(p for p in tasks.iterdir() if p.is_dir())[0]
+    next(broken.glob("1_*_answer.xlsx")).unlink()
+    result = runner.invoke(
+        app,
+        ["eval", "--backend", "oracle", "--tasks", str(tasks), "--skip-bad"]
+        + ["--out", str(tmp_path / "eval")],
+        terminal_width=200,
+    )
+    assert result.exit_code == 0, result.output
+    assert f"skipped task {broken.name}:" in result.output
