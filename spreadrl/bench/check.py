@@ -17,9 +17,6 @@ from pathlib import Path
 from typing import Any
 
 import openpyxl
-import typer
-from rich.console import Console
-from rich.table import Table
 
 from spreadrl.data.builtin import builtin_tasks
 from spreadrl.env.checker import check_workbook
@@ -89,17 +86,12 @@ def builtin_check_times(
     return {"cases": len(cases), "passes": passes, "times": times, "passed": passed}
 
 
-def bench_check(
-    tasks: int = typer.Option(40, help="Generated tasks to check."),
-    formulas: int = typer.Option(10_000, help="Formula cells in the recalculation workbook."),
-    builtin: str = typer.Option(
-        "test", "--builtin", help="Built-in split whose cases are checked ('' to skip)."
-    ),
-    passes: int = typer.Option(3, "--passes", min=1, help="Rounds over the built-in cases."),
-) -> None:
-    """Tasks checked per second, and recalc time of a 10,000-formula workbook per engine."""
-    console = Console()
-    table = Table("measure", "engine", "value")
+def check_rows(
+    tasks: int = 40, formulas: int = 10_000, builtin: str = "test", passes: int = 3
+) -> list[tuple[str, str, str]]:
+    """Tasks checked per second, and recalc time of a 10,000-formula workbook per engine:
+    (measure, engine, value) rows."""
+    rows: list[tuple[str, str, str]] = []
     with tempfile.TemporaryDirectory(prefix="spreadrl-bench-") as tmp:
         root = Path(tmp)
         cases = _make_tasks(root, tasks)
@@ -108,10 +100,12 @@ def bench_check(
             start = time.perf_counter()
             passed = sum(check_workbook(*case).passed for case in subset)
             elapsed = time.perf_counter() - start
-            table.add_row(
-                f"check, {label} ({passed}/{len(subset)} pass)",
-                "hybrid",  # check_workbook's default engine
-                f"{len(subset) / elapsed:.0f} tasks/s ({1000 * elapsed / len(subset):.1f} ms each)",
+            rows.append(
+                (
+                    f"check, {label} ({passed}/{len(subset)} pass)",
+                    "hybrid",  # check_workbook's default engine
+                    f"{len(subset) / elapsed:.0f} tasks/s ({1000 * elapsed / len(subset):.1f} ms each)",
+                )
             )
         book = _make_formula_book(root / "formulas.xlsx", formulas)
         for name in available_engines():
@@ -119,7 +113,7 @@ def bench_check(
             start = time.perf_counter()
             engine.recalculate(book, root / f"recalc-{name}.xlsx")
             elapsed = time.perf_counter() - start
-            table.add_row(f"recalculate {formulas:,} formulas", name, f"{elapsed:.2f} s")
+            rows.append((f"recalculate {formulas:,} formulas", name, f"{elapsed:.2f} s"))
         if builtin:
             import statistics
 
@@ -128,13 +122,15 @@ def bench_check(
             report = builtin_check_times(builtin, out, passes=passes)
             medians = {e: statistics.median(t) for e, t in report["times"].items()}
             for engine, median in medians.items():
-                table.add_row(
-                    f"check, built-in {builtin} ({report['cases']} cases x {passes}, "
-                    f"{report['passed'][engine]} pass), median",
-                    engine,
-                    f"{1000 * median:.2f} ms",
+                rows.append(
+                    (
+                        f"check, built-in {builtin} ({report['cases']} cases x {passes}, "
+                        f"{report['passed'][engine]} pass), median",
+                        engine,
+                        f"{1000 * median:.2f} ms",
+                    )
                 )
             if "ironcalc" in medians and "hybrid" in medians:
                 ratio = medians["hybrid"] / medians["ironcalc"]
-                table.add_row("hybrid / ironcalc, same run", "", f"{ratio:.2f}x")
-    console.print(table)
+                rows.append(("hybrid / ironcalc, same run", "", f"{ratio:.2f}x"))
+    return rows

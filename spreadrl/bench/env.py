@@ -20,10 +20,7 @@ from pathlib import Path
 from typing import Any
 
 import openpyxl
-import typer
 from openpyxl.worksheet.worksheet import Worksheet
-from rich.console import Console
-from rich.table import Table
 
 from spreadrl.data.builtin import builtin_tasks
 from spreadrl.data.task import Task, TaskCase
@@ -179,21 +176,11 @@ def _replay_pool(episodes: list[Episode], workers: int) -> tuple[float, list[flo
     return len(episodes) / wall, rewards
 
 
-def bench_env(
-    episodes: int = typer.Option(40, "--episodes", help="Reference-solution episodes to replay."),
-    concurrency: int = typer.Option(2, "--concurrency", help="Worker processes for the pool run."),
-    split: str = typer.Option("test", "--split", help="Built-in split whose solutions to replay."),
-    repeats: int = typer.Option(20, "--repeats", help="Repeats of each probe call."),
-) -> None:
-    """Per-tool latency, recalc and sandbox time, and episodes/s at concurrency 1 and C.
-
-    Examples:
-
-      spreadrl bench env
-
-      spreadrl bench env --episodes 64 --concurrency 2
-    """
-    console = Console()
+def env_rows(
+    episodes: int = 40, concurrency: int = 2, split: str = "test", repeats: int = 20
+) -> tuple[str, list[tuple[str, str]]]:
+    """Per-tool latency, recalc and sandbox time, and episodes/s at concurrency 1 and C:
+    the table's title and its (measure, value) rows."""
     suite = [
         (task, case.index, case.load_solution())
         for task in builtin_tasks(split)
@@ -209,37 +196,44 @@ def bench_env(
     eps1, rewards1 = _replay_pool(chosen, 1)
     epsc, rewardsc = _replay_pool(chosen, concurrency)
 
-    table = Table(title=f"spreadrl bench env ({episodes} episodes of {split!r}, C={concurrency})")
-    table.add_column("measure")
-    table.add_column("value", justify="right")
+    title = f"spreadrl bench env ({episodes} episodes of {split!r}, C={concurrency})"
+    rows: list[tuple[str, str]] = []
     for name, times in sorted(inline["per_tool"].items()):
-        table.add_row(
-            f"{name} in solutions (n={len(times)})",
-            f"p50 {_pct(times, 0.5):.1f} ms, p95 {_pct(times, 0.95):.1f} ms",
+        rows.append(
+            (
+                f"{name} in solutions (n={len(times)})",
+                f"p50 {_pct(times, 0.5):.1f} ms, p95 {_pct(times, 0.95):.1f} ms",
+            )
         )
-    table.add_row(
-        "finish (save + recalc + check)",
-        f"p50 {_pct(inline['finish'], 0.5):.1f} ms, p95 {_pct(inline['finish'], 0.95):.1f} ms",
+    rows.append(
+        (
+            "finish (save + recalc + check)",
+            f"p50 {_pct(inline['finish'], 0.5):.1f} ms, p95 {_pct(inline['finish'], 0.95):.1f} ms",
+        )
     )
     passed = sum(r == 1.0 for r in inline["rewards"])
-    table.add_row("reference solutions passing", f"{passed}/{len(chosen)}")
-    table.add_row(
-        "non-code tool call, 1,000-cell workbook",
-        f"p50 {probes['noncode_p50_ms']:.2f} ms, p95 {probes['noncode_p95_ms']:.2f} ms",
+    rows.append(("reference solutions passing", f"{passed}/{len(chosen)}"))
+    rows.append(
+        (
+            "non-code tool call, 1,000-cell workbook",
+            f"p50 {probes['noncode_p50_ms']:.2f} ms, p95 {probes['noncode_p95_ms']:.2f} ms",
+        )
     )
     for name, ms in probes["noncode_per_tool_p50_ms"].items():
-        table.add_row(f"  {name} p50", f"{ms:.2f} ms")
-    table.add_row(
-        f"code_interpreter print(1) ({probes['code_sandbox_backend']})",
-        f"p50 {probes['code_print1_p50_ms']:.1f} ms "
-        f"(gym's own part {probes['code_gym_part_p50_ms']:.2f} ms)",
+        rows.append((f"  {name} p50", f"{ms:.2f} ms"))
+    rows.append(
+        (
+            f"code_interpreter print(1) ({probes['code_sandbox_backend']})",
+            f"p50 {probes['code_print1_p50_ms']:.1f} ms "
+            f"(gym's own part {probes['code_gym_part_p50_ms']:.2f} ms)",
+        )
     )
-    table.add_row("recalculate_and_read, 10,000 formulas", f"{probes['recalc_10k_median_s']:.3f} s")
-    table.add_row("episodes/s inline (no pool)", f"{len(chosen) / inline['wall_s']:.2f}")
-    table.add_row("episodes/s EnvPool, 1 worker", f"{eps1:.2f}")
-    table.add_row(f"episodes/s EnvPool, {concurrency} workers", f"{epsc:.2f}")
-    table.add_row("speed-up C vs 1", f"{epsc / eps1:.2f}x")
+    rows.append(("recalculate_and_read, 10,000 formulas", f"{probes['recalc_10k_median_s']:.3f} s"))
+    rows.append(("episodes/s inline (no pool)", f"{len(chosen) / inline['wall_s']:.2f}"))
+    rows.append(("episodes/s EnvPool, 1 worker", f"{eps1:.2f}"))
+    rows.append((f"episodes/s EnvPool, {concurrency} workers", f"{epsc:.2f}"))
+    rows.append(("speed-up C vs 1", f"{epsc / eps1:.2f}x"))
     bad = sum(r != 1.0 for r in rewards1 + rewardsc)
     if bad:
-        table.add_row("pool episodes not passing", str(bad))
-    console.print(table)
+        rows.append(("pool episodes not passing", str(bad)))
+    return title, rows

@@ -1,52 +1,53 @@
-"""`spreadrl bench gpu`: GRPO steps at seed 000's shape on one GPU, plain and under FSDP2.
+"""GRPO steps at seed 000's shape on one GPU, plain and under FSDP2 (`spreadrl bench gpu`).
 
-One command for a session that has a device. It builds a random Qwen3 of the
-4B shape with Qwen3's 151,936-row vocabulary (the real tokenizer when the
-``qwen`` extra is installed, else a small trained one padded to that many
-rows: the compute is the same), then runs a few GRPO steps of
-``configs/spreadsheet-rl-4b.yaml`` scaled down to fit about ten minutes
-(4 prompts x 4 rollouts, 4,096-token responses, 16,384-token micro-batches,
-no KL reference, one turn) on the hf backend, first in one plain process, then under
-``torchrun --nproc-per-node 1`` where the update runs FSDP2-sharded. Each leg
-runs in its own process (a clean GPU, an out-of-memory error reported as a
-row rather than a crash) and one table compares them: generation tokens/s,
-update tokens/s and MFU against the device's bf16 peak, peak memory of the
-rollout and of the update (GRPO's own ``rollout_peak_gb`` / ``train_peak_gb``:
-the GPU allocator's peak, the process's RSS on CPU), and where a step's time
-went. The first step is a warm-up and is left out.
+It builds a random Qwen3 of the 4B shape with Qwen3's 151,936-row vocabulary
+(the real tokenizer when the ``qwen`` extra is installed, else a small trained
+one padded to that many rows: the compute is the same) on the GPU through the
+meta device, then runs a few GRPO steps of ``configs/spreadsheet-rl-4b.yaml``
+scaled down (4 prompts x 4 rollouts, no KL reference, one turn) on the hf
+backend: first in one plain process, then (``torchrun``) under
+``torchrun --nproc-per-node 1`` where the update runs FSDP2-sharded. The build
+and each leg run in their own process (a clean GPU, an out-of-memory error
+reported as a row rather than a crash), and each leg's summary and per-step rows
+are written to the output folder as soon as it ends, so a run cut off by its
+time limit still returns what finished. A leg records generation and update
+tokens/s, MFU against the device's bf16 peak, the allocated, reserved and
+device-level (NVML) peaks of the rollout and of the update beside what
+``spreadrl plan`` predicts for them, the GPU utilisation during the rollout, and
+where a step's time went. The first step warms up and is left out.
 
-``--smoke`` runs the same code on CPU with the tiny preset in seconds; the
-tests run it. Its figures mean nothing.
+Shapes: ``FULL`` (4,096-token responses, 3 steps: about 15 minutes on an H200),
+``QUICK`` (256-token responses, 2 steps, one leg: a few minutes on one H100, the
+build included) and ``SMOKE`` (the tiny preset on CPU in seconds; the tests run
+it, its figures mean nothing).
 """
 
 from __future__ import annotations
 
 import json
 import os
+import re
 import socket
 import subprocess
 import sys
-import tempfile
 import time
-from dataclasses import asdict, dataclass
+from collections.abc import Callable, Sequence
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any
 
 import torch
-import typer
 from rich.console import Console
-from rich.table import Table
 from transformers import AutoConfig
 
 from spreadrl.bench.flops import peak_tflops, train_flops_per_token
 from spreadrl.config import load_config
-from spreadrl.models.init import init_model
-from spreadrl.models.tokenizer import default_corpus, train_tokenizer
+from spreadrl.rollout.allocator import ALLOC_CONF, use_expandable_segments
 from spreadrl.train.config import GRPOConfig
-from spreadrl.train.grpo import train_grpo
 
 # seed 000's recipe, from the repository checkout this package runs from
 RECIPE = Path(__file__).resolve().parents[2] / "configs" / "spreadsheet-rl-4b.yaml"
+GIB = 2**30
 
 
 @dataclass(frozen=True)
@@ -65,11 +66,16 @@ class Shape:
     tools: str
 
 
-# 16,384-token micro-batches and no KL reference: one H100 holds the fp32 master weights,
-# gradients and AdamW state of 4B parameters (60 GiB) but not 32k-token micro-batches or a
-# reference copy beside them (`spreadrl plan` with these overrides: update peak 75.1 GiB)
+# 16,384-token micro-batches and no KL reference, as run on 2026-11-26 (one H200): 75.4 GiB
+# allocated and 80.0 GiB on the device, more than an H100's 79.6 (`spreadrl plan` now says so)
 FULL = Shape("4b-shape", 151_936, 4, 4, 4096, 16_384, 3, "cuda", "bfloat16", "full")
+# what fits a short device lease: 256-token responses, 8,192-token micro-batches (fits one
+# H100 by the plan, with its margin), one warm-up step and one measured step
+QUICK = replace(FULL, response_tokens=256, micro_batch_tokens=8192, steps=2)
 SMOKE = Shape("tiny", 0, 1, 2, 16, 2048, 2, "cpu", "float32", "write_range")
+SPLIT = ("generate_s", "tools_s", "logprobs_s", "update_s")
+LEG_PLAIN = "hf, one process"
+LEG_TORCHRUN = "hf, torchrun x1 + FSDP2"
 
 
 def grpo_overrides(shape: Shape, model: str, out: Path) -> list[str]:
@@ -99,8 +105,13 @@ def grpo_overrides(shape: Shape, model: str, out: Path) -> list[str]:
     ]
 
 
-def build_model(root: Path, shape: Shape) -> tuple[str, str]:
-    """A random model of ``shape``; returns (folder, which tokenizer it has)."""
+def build_model(root: Path, shape: Shape) -> dict[str, Any]:
+    """A random model of ``shape`` under ``root``: its folder, tokenizer and build seconds."""
+    from spreadrl.models.init import init_model
+    from spreadrl.models.tokenizer import default_corpus, train_tokenizer
+
+    start = time.perf_counter()
+    device = shape.device if shape.device.startswith("cuda") else "cpu"
     if shape.vocab_size:
         try:
             from spreadrl.models.qwen3 import load_qwen3_tokenizer
@@ -108,53 +119,96 @@ def build_model(root: Path, shape: Shape) -> tuple[str, str]:
             tokenizer, label = load_qwen3_tokenizer(), "Qwen3's own"
         except Exception:  # the qwen extra is optional: same compute with a padded one
             tokenizer, label = train_tokenizer(default_corpus(), vocab_size=512), "trained, padded"
-        path = init_model(shape.preset, tokenizer, root / "model", vocab_size=shape.vocab_size)
+        path = init_model(
+            shape.preset, tokenizer, root / "model", vocab_size=shape.vocab_size, device=device
+        )
     else:
         tokenizer, label = train_tokenizer(default_corpus(), vocab_size=512), "trained"
-        path = init_model(shape.preset, tokenizer, root / "model")
-    return str(path), label
+        path = init_model(shape.preset, tokenizer, root / "model", device=device)
+    return {"model": str(path), "tokenizer": label, "build_s": time.perf_counter() - start}
 
 
-def run_leg(shape: Shape, model: str, out: Path) -> dict[str, Any]:
-    """Run the GRPO steps in this process (plain, or one torchrun worker); summarise them."""
-    cfg = load_config(GRPOConfig, RECIPE, grpo_overrides(shape, model, out))
+def planned_peaks(cfg: GRPOConfig, shape: Shape, gpus: int) -> dict[str, float]:
+    """``spreadrl plan``'s rollout and update peaks (device and allocated) for the leg."""
+    from spreadrl.train.plan import Hardware, model_shape, plan_memory
+
     cuda = shape.device.startswith("cuda")
-    train_grpo(cfg, console=Console(quiet=True))
-    rows = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
+    memory = torch.cuda.get_device_properties(0).total_memory / GIB if cuda else 64.0
+    hw = Hardware(gpus=gpus, memory_gib=memory, device="cuda" if cuda else "cpu")
+    plan = plan_memory(cfg, model_shape(AutoConfig.from_pretrained(cfg.model.name_or_path)), hw)
+    return {
+        "plan_rollout_device_gib": plan.phases["generation"],
+        "plan_rollout_allocated_gib": plan.allocated["generation"],
+        "plan_update_device_gib": plan.phases["update"],
+        "plan_update_allocated_gib": plan.allocated["update"],
+        "plan_verdict": plan.verdict("update"),
+    }
+
+
+def _most(rows: Sequence[dict[str, Any]], key: str) -> float | None:
+    values = [r[key] for r in rows if key in r]
+    return max(values) if values else None
+
+
+def summarize_rows(rows: list[dict[str, Any]], shape: Shape, config: Any) -> dict[str, Any]:
+    """A leg's figures from its metrics rows; the first row (warm-up) is left out of rates."""
     measured = rows[1:] or rows  # step 1 warms up kernels and the allocator
-    total = {k: sum(r.get(k, 0.0) for r in measured) for k in _SPLIT + ("step_s",)}
+    total = {k: sum(r.get(k, 0.0) for r in measured) for k in (*SPLIT, "step_s")}
     episodes = shape.prompts * shape.rollouts
     generated = sum(r["generated_tokens"] * episodes for r in measured)
     trained = sum(r["trained_tokens"] for r in measured)
     if not generated or not trained:
         raise RuntimeError(f"the bench steps generated {generated} and trained {trained} tokens")
     sequences = sum(r["trained_sequences"] for r in measured)
-    config = AutoConfig.from_pretrained(model)
     seq_len = round(trained / sequences)
-    update_tflops = trained * train_flops_per_token(config, seq_len) / max(total["update_s"], 1e-9)
+    flops = trained * train_flops_per_token(config, seq_len)
+    cuda = shape.device.startswith("cuda")
     device_name = torch.cuda.get_device_name() if cuda else "cpu"
     peak = peak_tflops(device_name) if cuda else None
-    return {
+    util = [r["rollout_gpu_util"] for r in measured if "rollout_gpu_util" in r]
+    out = {
         "steps": len(measured),
         "generate_tok_s": generated / max(total["generate_s"], 1e-9),
         "update_tok_s": trained / max(total["update_s"], 1e-9),
-        "update_mfu": update_tflops / 1e12 / peak if peak else None,
-        # the trainer's own per-phase peaks (spreadrl/train/memory.py): GPU allocator, or RSS
-        "rollout_peak_gib": max(r.get("rollout_peak_gb", 0.0) for r in rows),
-        "train_peak_gib": max(r.get("train_peak_gb", 0.0) for r in rows),
+        "update_mfu": flops / max(total["update_s"], 1e-9) / 1e12 / peak if peak else None,
+        "rollout_gpu_util": sum(util) / len(util) if util else None,
         "step_s": total["step_s"] / len(measured),
         "seq_len": seq_len,
-        "split": {k: total[k] / max(total["step_s"], 1e-9) for k in _SPLIT},
+        "split": {k: total[k] / max(total["step_s"], 1e-9) for k in SPLIT},
         "device": device_name,
-        "versions": f"torch {torch.__version__}",
+        "versions": _versions(),
+        "alloc_conf": os.environ.get(ALLOC_CONF, ""),
     }
+    for phase in ("rollout", "train"):  # the most of any step, the warm-up's included
+        for kind in ("peak", "reserved", "device"):
+            out[f"{phase}_{kind}_gib"] = _most(rows, f"{phase}_{kind}_gb")
+    return out
 
 
-_SPLIT = ("generate_s", "tools_s", "logprobs_s", "update_s")
+def _versions() -> str:
+    import transformers
+
+    cuda = f", CUDA {torch.version.cuda}" if torch.version.cuda else ""
+    return f"torch {torch.__version__}{cuda}, transformers {transformers.__version__}"
+
+
+def run_leg(shape: Shape, model: str, out: Path, extra: Sequence[str] = ()) -> dict[str, Any]:
+    """Run the GRPO steps in this process (plain, or one torchrun worker); summarise them.
+
+    ``extra``: more dotted overrides (a lever's setting, for a before/after)."""
+    from spreadrl.train.grpo import train_grpo
+
+    cfg = load_config(GRPOConfig, RECIPE, [*grpo_overrides(shape, model, out), *extra])
+    gpus = int(os.environ.get("WORLD_SIZE", "1"))
+    plan = planned_peaks(cfg, shape, gpus)
+    train_grpo(cfg, console=Console(quiet=True))
+    rows = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
+    summary = summarize_rows(rows, shape, AutoConfig.from_pretrained(model))
+    return {**summary, **plan, "overrides": list(extra), "rows": rows}
 
 
 def _launch(argv: list[str], result: Path, log: Path) -> dict[str, Any]:
-    """Run one leg in a child process; its result, or the error it ended with."""
+    """Run one child process; its result, or the error it ended with."""
     start = time.perf_counter()
     with log.open("w") as f:
         proc = subprocess.run(argv, stdout=f, stderr=subprocess.STDOUT)
@@ -162,106 +216,7 @@ def _launch(argv: list[str], result: Path, log: Path) -> dict[str, Any]:
         return {**json.loads(result.read_text()), "wall_s": time.perf_counter() - start}
     lines = [ln for ln in log.read_text().splitlines() if ln.strip()]
     error = next((ln for ln in reversed(lines) if "Error" in ln), lines[-1] if lines else "")
-    return {"error": error.strip()[:200] or f"exit code {proc.returncode}", "log": str(log)}
-
-
-def bench_gpu(
-    smoke: bool = typer.Option(False, help="Tiny model on CPU, seconds (what the tests run)."),
-    steps: int = typer.Option(0, help="GRPO steps per leg, the first a warm-up (0 = shape's)."),
-    prompts: int = typer.Option(0, help="Prompts per step (0 = shape's: 4)."),
-    rollouts: int = typer.Option(0, help="Rollouts per prompt (0 = shape's: 4)."),
-    response_tokens: int = typer.Option(0, help="Tokens per response (0 = shape's: 4096)."),
-    micro_batch_tokens: int = typer.Option(0, help="Update micro-batch tokens (0 = 16384)."),
-    torchrun: bool = typer.Option(True, help="Also run the leg under torchrun (FSDP2)."),
-    out: Path = typer.Option(None, help="Also write the results as JSON here."),
-) -> None:
-    """GRPO on one GPU at seed 000's shape, plain and under torchrun + FSDP2: one table.
-
-    Example (on a GPU machine, from the repository root):
-
-      spreadrl bench gpu --out runs/bench-gpu.json
-    """
-    base = SMOKE if smoke else FULL
-    shape = Shape(
-        base.preset,
-        base.vocab_size,
-        prompts or base.prompts,
-        rollouts or base.rollouts,
-        response_tokens or base.response_tokens,
-        micro_batch_tokens or base.micro_batch_tokens,
-        steps or base.steps,
-        base.device,
-        base.dtype,
-        base.tools,
-    )
-    console = Console()
-    results: dict[str, dict[str, Any]] = {}
-    with tempfile.TemporaryDirectory(prefix="spreadrl-bench-gpu-") as tmp:
-        root = Path(tmp)
-        model, tokenizer = build_model(root, shape)
-        legs = {"hf, one process": [sys.executable, "-m", "spreadrl.bench.gpu"]}
-        if torchrun:
-            legs["hf, torchrun x1 + FSDP2"] = [
-                sys.executable,
-                "-m",
-                "torch.distributed.run",
-                "--nproc-per-node",
-                "1",
-                "--master-port",
-                str(_free_port()),
-                "-m",
-                "spreadrl.bench.gpu",
-            ]
-        for i, (label, cmd) in enumerate(legs.items()):
-            result = root / f"leg{i}.json"
-            args = [json.dumps(asdict(shape)), model, str(root / f"run{i}"), str(result)]
-            results[label] = _launch(cmd + args, result, root / f"leg{i}.log")
-            if "log" in results[label]:  # keep the log of a failed leg
-                kept = Path(tempfile.gettempdir()) / f"spreadrl-bench-gpu-leg{i}.log"
-                kept.write_text(Path(results[label]["log"]).read_text())
-                results[label]["log"] = str(kept)
-    console.print(_table(results))
-    first = next((r for r in results.values() if "device" in r), {})
-    console.print(
-        f"model: random Qwen3 {shape.preset}, vocabulary {shape.vocab_size or 'of the tokenizer'} "
-        f"({tokenizer} tokenizer); {shape.prompts} prompts x {shape.rollouts} rollouts x "
-        f"{shape.response_tokens} tokens, micro-batch {shape.micro_batch_tokens} tokens; "
-        f"device {first.get('device', '?')}; {first.get('versions', '')}"
-    )
-    if out is not None:
-        out.parent.mkdir(parents=True, exist_ok=True)
-        out.write_text(json.dumps({"shape": asdict(shape), "legs": results}, indent=2))
-
-
-def _table(results: dict[str, dict[str, Any]]) -> Table:
-    table = Table(
-        "leg",
-        "gen tok/s",
-        "update tok/s",
-        "update MFU",
-        "peak mem: rollout / update",
-        "step s",
-        "mean seq",
-        "gen / tools / logprobs / update",
-    )
-    for label, r in results.items():
-        if "error" in r:
-            table.add_row(label, f"[red]failed: {r['error']}[/] (log: {r['log']})", *[""] * 6)
-            continue
-        mfu = f"{100 * r['update_mfu']:.1f}%" if r["update_mfu"] is not None else "n/a"
-        mem = f"{r['rollout_peak_gib']:.1f} / {r['train_peak_gib']:.1f} GiB"
-        split = " / ".join(f"{100 * r['split'][k]:.0f}%" for k in _SPLIT)
-        table.add_row(
-            label,
-            f"{r['generate_tok_s']:.0f}",
-            f"{r['update_tok_s']:.0f}",
-            mfu,
-            mem,
-            f"{r['step_s']:.1f}",
-            str(r["seq_len"]),
-            split,
-        )
-    return table
+    return {"error": error.strip()[:300] or f"exit code {proc.returncode}", "log": str(log)}
 
 
 def _free_port() -> int:
@@ -270,12 +225,86 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
+def leg_commands(torchrun: bool) -> dict[str, list[str]]:
+    """Each leg's command line, by label (the worker is this module's ``main``)."""
+    worker = ["-m", "spreadrl.bench.gpu", "leg"]
+    legs = {LEG_PLAIN: [sys.executable, *worker]}
+    if torchrun:
+        port = str(_free_port())
+        launcher = ["-m", "torch.distributed.run", "--nproc-per-node", "1", "--master-port", port]
+        legs[LEG_TORCHRUN] = [sys.executable, *launcher, *worker]
+    return legs
+
+
+def slug(label: str) -> str:
+    """A file name for a leg's label."""
+    return re.sub(r"[^0-9A-Za-z]+", "-", label).strip("-")
+
+
+def write_leg(out: Path, label: str, result: dict[str, Any]) -> None:
+    """The leg's summary (JSON) and its per-step rows (JSONL), written as it ends."""
+    name = slug(label)
+    rows = result.pop("rows", [])
+    (out / f"{name}.json").write_text(json.dumps({"leg": label, **result}, indent=1))
+    (out / f"{name}.steps.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+
+
+def run_bench(
+    shape: Shape,
+    out: Path,
+    *,
+    torchrun: bool = True,
+    extra: Sequence[str] = (),
+    progress: Callable[[str], None] = lambda line: None,
+) -> dict[str, Any]:
+    """Build the model, then run each leg in its own process, writing into ``out`` as each
+    part ends: ``build.json``, ``<leg>.json`` and ``<leg>.steps.jsonl``, ``bench.json``."""
+    out.mkdir(parents=True, exist_ok=True)
+    work = out / "work"
+    work.mkdir(exist_ok=True)
+    report: dict[str, Any] = {"shape": asdict(shape), "overrides": list(extra), "legs": {}}
+    spec = json.dumps(asdict(shape))
+    progress(f"building a random {shape.preset} model")
+    build = _launch(
+        [
+            sys.executable,
+            "-m",
+            "spreadrl.bench.gpu",
+            "build",
+            spec,
+            str(work),
+            str(out / "build.json"),
+        ],
+        out / "build.json",
+        out / "build.log",
+    )
+    report["build"] = build
+    if "error" in build:
+        (out / "bench.json").write_text(json.dumps(report, indent=1))
+        return report
+    progress(f"model built in {build['build_s']:.1f} s ({build['tokenizer']} tokenizer)")
+    for i, (label, cmd) in enumerate(leg_commands(torchrun).items()):
+        progress(f"leg {label}: {shape.steps} steps")
+        result_file = work / f"leg{i}.json"
+        args = [spec, build["model"], str(work / f"run{i}"), str(result_file), *extra]
+        result = _launch(cmd + args, result_file, out / f"{slug(label)}.log")
+        write_leg(out, label, result)
+        report["legs"][label] = result
+        (out / "bench.json").write_text(json.dumps(report, indent=1))
+    return report
+
+
 def main(argv: list[str]) -> None:
-    """A leg's worker: ``python -m spreadrl.bench.gpu SHAPE_JSON MODEL OUT RESULT``."""
-    shape = Shape(**json.loads(argv[0]))
-    summary = run_leg(shape, argv[1], Path(argv[2]))
+    """The children: ``build SHAPE_JSON ROOT RESULT`` and ``leg SHAPE_JSON MODEL OUT RESULT
+    [OVERRIDE ...]`` (``python -m spreadrl.bench.gpu``)."""
+    use_expandable_segments("hf")  # what `spreadrl grpo` does, before CUDA starts
+    shape = Shape(**json.loads(argv[1]))
+    if argv[0] == "build":
+        Path(argv[3]).write_text(json.dumps(build_model(Path(argv[2]), shape)))
+        return
+    summary = run_leg(shape, argv[2], Path(argv[3]), argv[5:])
     if int(os.environ.get("RANK", "0")) == 0:
-        Path(argv[3]).write_text(json.dumps(summary))
+        Path(argv[4]).write_text(json.dumps(summary))
 
 
 if __name__ == "__main__":

@@ -16,7 +16,6 @@ Microsoft Excel or Macintosh Excel) with a cached value on every formula.
 
 from __future__ import annotations
 
-import json
 import re
 import tempfile
 import time
@@ -27,11 +26,9 @@ from pathlib import Path
 from typing import Any
 
 import openpyxl
-import typer
 from openpyxl.worksheet.formula import ArrayFormula
-from rich.console import Console
-from rich.table import Table
 
+from spreadrl.archive_gate import WorkbookRefused, check_archive
 from spreadrl.env import recalc
 from spreadrl.env.checker import column_name, values_match
 from spreadrl.env.recalc import libreoffice
@@ -52,9 +49,10 @@ def formula_functions(formula: str) -> list[str]:
 def excel_saved(path: Path) -> bool:
     """True when ``docProps/app.xml`` says Microsoft Excel wrote the file."""
     try:
+        check_archive(path)
         with zipfile.ZipFile(path) as archive:
             app = archive.read("docProps/app.xml").decode("utf-8", "replace")
-    except (OSError, KeyError, zipfile.BadZipFile):
+    except (OSError, KeyError, zipfile.BadZipFile, WorkbookRefused):
         return False
     match = re.search(r"<(?:\w+:)?Application>([^<]*)<", app)
     return bool(match and match.group(1).strip().startswith("Microsoft"))
@@ -136,6 +134,7 @@ def formula_cells(path: Path) -> dict[tuple[str, int, int], str]:
     anchor cell, written ``{=...}``.
     """
 
+    check_archive(path)
     book = openpyxl.load_workbook(path, data_only=False)
     cells: dict[tuple[str, int, int], str] = {}
     for ws in book.worksheets:
@@ -154,6 +153,7 @@ def strip_cached(src: Path, dst: Path) -> None:
     """Re-save ``src`` with openpyxl: formulas kept, cached values dropped (an agent's output)."""
 
     keep_vba = src.suffix.lower() == ".xlsm"
+    check_archive(src)
     book = openpyxl.load_workbook(src, keep_vba=keep_vba)
     book.save(dst)
 
@@ -252,74 +252,12 @@ def run_fidelity(folder: Path, engines: list[str]) -> tuple[dict[str, EngineTall
     return tallies, skipped
 
 
-def bench_recalc_fidelity(
-    folder: Path = typer.Argument(
-        ..., help="Folder of Excel-saved workbooks (searched recursively)."
-    ),
-    engine: list[str] = typer.Option(
-        ["ironcalc"],
-        "--engine",
-        help="Engine to measure (repeat for several): ironcalc, libreoffice, hybrid.",
-    ),
-    worst: int = typer.Option(20, help="Mismatching cells to list per engine."),
-    json_out: Path | None = typer.Option(None, "--json", help="Write the full report here."),
-) -> None:
-    """Formula cells and workbooks reproduced per engine, against Excel's cached values.
-
-    Examples:
-
-      spreadrl bench recalc-fidelity data/recalc-corpus --engine ironcalc --engine hybrid
-    """
-    for name in engine:
-        if name not in recalc.ENGINES:
-            raise SpreadrlError(f"--engine {name!r}: choose from {', '.join(recalc.ENGINES)}")
-    tallies, skipped = run_fidelity(folder, list(engine))
-    console = Console()
-    table = Table(title=f"recalculation fidelity on {folder} ({len(skipped)} files skipped)")
-    for column in (
-        "engine",
-        "formula cells",
-        "reproduced",
-        "workbooks whole",
-        "volatile skipped",
-        "time",
-    ):
-        table.add_column(column, justify="right")
-    for tally in tallies.values():
-        table.add_row(
-            tally.engine,
-            str(tally.cells),
-            f"{tally.reproduced} ({100 * tally.reproduced / max(tally.cells, 1):.2f}%)",
-            f"{tally.workbooks_whole}/{tally.workbooks}",
-            str(tally.volatile_skipped),
-            f"{tally.seconds:.1f} s",
-        )
-    console.print(table)
-    for tally in tallies.values():
-        if tally.note:
-            console.print(f"[yellow]{tally.engine}: {tally.note}[/yellow]")
-        if len(tally.cell_engines) > 1 or tally.engine == "hybrid":
-            console.print(f"{tally.engine}: cells produced by {dict(tally.cell_engines)}")
-        worse = sorted(
-            ((name, s) for name, s in tally.per_function.items() if s[1] < s[0]),
-            key=lambda item: item[1][1] - item[1][0],
-        )
-        if worse:
-            console.print(
-                f"{tally.engine} functions with misses: "
-                + ", ".join(f"{name} {s[1]}/{s[0]}" for name, s in worse[:25])
-            )
-        for miss in tally.misses[:worst]:
-            console.print(
-                f"  {tally.engine} miss {miss.workbook} {miss.sheet}!{miss.cell} {miss.formula[:80]}"
-                f" expected {miss.expected!r} got {miss.actual!r} ({miss.engine})",
-                markup=False,
-            )
-    if json_out is not None:
-        report = {
-            "folder": str(folder),
-            "skipped": skipped,
-            "engines": {name: tally.to_json(worst) for name, tally in tallies.items()},
-        }
-        Path(json_out).write_text(json.dumps(report, indent=1, default=str), encoding="utf-8")
-        console.print(f"report written to {json_out}")
+def fidelity_report(
+    folder: Path, tallies: dict[str, EngineTally], skipped: dict[str, str], worst: int
+) -> dict[str, Any]:
+    """The full report ``--json`` writes: skipped files and each engine's tally."""
+    return {
+        "folder": str(folder),
+        "skipped": skipped,
+        "engines": {name: tally.to_json(worst) for name, tally in tallies.items()},
+    }

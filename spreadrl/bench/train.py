@@ -23,14 +23,12 @@ from pathlib import Path
 from typing import Any
 
 import torch
-import typer
 from rich.console import Console
-from rich.table import Table
 from transformers import Qwen3Config, Qwen3ForCausalLM
 
 from spreadrl.bench.flops import peak_tflops as lookup_peak
 from spreadrl.bench.flops import train_flops_per_token
-from spreadrl.bench.rollout import _random_model
+from spreadrl.bench.rollout import random_model
 from spreadrl.config import load_config
 from spreadrl.models.init import load_model_and_tokenizer
 from spreadrl.train.batching import Sample, collate
@@ -41,35 +39,27 @@ from spreadrl.train.memory import PeakMemory
 from spreadrl.train.sft import sft_loss_step
 
 
-def bench_train(
-    model: str = typer.Option(None, help="Model folder (default: a random model of --preset)."),
-    preset: str = typer.Option(
-        "tiny", help="Random model when --model is absent: tiny | small | 4b-shape."
-    ),
-    vocab_size: int = typer.Option(
-        0, help="Pad the random model's vocabulary to this size (151936 = Qwen3's)."
-    ),
-    config: Path = typer.Option(
-        Path("configs/tiny-cpu.yaml"), help="GRPO recipe for the step split."
-    ),
-    seq_len: int = typer.Option(512, help="SFT sequence length."),
-    batch: int = typer.Option(8, help="SFT sequences per step."),
-    sft_steps: int = typer.Option(5),
-    grpo_steps: int = typer.Option(3, help="GRPO steps for the time split (0 = skip)."),
-    gradient_checkpointing: bool = typer.Option(False, help="Recompute activations."),
-    peak_tflops: float = typer.Option(
-        0.0, help="Device peak for MFU (default: looked up from the GPU's name)."
-    ),
-    device: str = typer.Option("cpu"),
-) -> None:
-    """SFT tokens/s, MFU and peak memory; GRPO step time split (generate / tools / logprobs / update)."""
-    console = Console()
-    table = Table("measure", "value")
+def train_rows(
+    model: str | None = None,
+    preset: str = "tiny",
+    vocab_size: int = 0,
+    config: Path = Path("configs/tiny-cpu.yaml"),
+    seq_len: int = 512,
+    batch: int = 8,
+    sft_steps: int = 5,
+    grpo_steps: int = 3,
+    gradient_checkpointing: bool = False,
+    peak_tflops: float = 0.0,
+    device: str = "cpu",
+) -> tuple[list[tuple[str, str]], str]:
+    """SFT tokens/s, MFU and peak memory; GRPO step time split (generate / tools / logprobs /
+    update): (measure, value) rows and the line that says what ran where."""
+    rows: list[tuple[str, str]] = []
     cuda = device.startswith("cuda")
     device_name = torch.cuda.get_device_name(device) if cuda else "cpu"
     peak = peak_tflops or (lookup_peak(device_name) if cuda else None)
     with tempfile.TemporaryDirectory(prefix="spreadrl-bench-") as tmp:
-        path = model or _random_model(Path(tmp), preset, vocab_size)
+        path = model or random_model(Path(tmp), preset, vocab_size)
         lm, tok = load_model_and_tokenizer(path, device=device)
         if gradient_checkpointing:
             lm.gradient_checkpointing_enable()
@@ -100,15 +90,19 @@ def bench_train(
         tokens_per_s = batch * seq_len * sft_steps / elapsed
         achieved = tokens_per_s * train_flops_per_token(lm.config, seq_len) / 1e12
         params = sum(p.numel() for p in lm.parameters())
-        table.add_row("parameters", f"{params / 1e6:.1f}M ({next(lm.parameters()).dtype})")
-        table.add_row(f"SFT tokens/s (batch {batch} x {seq_len})", f"{tokens_per_s:.0f}")
-        table.add_row("SFT achieved TFLOP/s", f"{achieved:.3f}")
-        table.add_row(
-            "SFT MFU",
-            f"{100 * achieved / peak:.1f}% of {peak:g} TFLOP/s" if peak else "n/a (no known peak)",
+        rows.append(("parameters", f"{params / 1e6:.1f}M ({next(lm.parameters()).dtype})"))
+        rows.append((f"SFT tokens/s (batch {batch} x {seq_len})", f"{tokens_per_s:.0f}"))
+        rows.append(("SFT achieved TFLOP/s", f"{achieved:.3f}"))
+        rows.append(
+            (
+                "SFT MFU",
+                f"{100 * achieved / peak:.1f}% of {peak:g} TFLOP/s"
+                if peak
+                else "n/a (no known peak)",
+            )
         )
         if cuda:
-            table.add_row("peak memory", f"{torch.cuda.max_memory_allocated() / 2**30:.1f} GiB")
+            rows.append(("peak memory", f"{torch.cuda.max_memory_allocated() / 2**30:.1f} GiB"))
         del lm, opt
         if cuda:
             torch.cuda.empty_cache()
@@ -142,30 +136,32 @@ def bench_train(
             )
             for key in keys:
                 values = [r.get(key, 0.0) for r in rows[1:] or rows]
-                table.add_row(
-                    f"GRPO {key} (mean of {len(values)} steps)", f"{sum(values) / len(values):.2f}"
+                rows.append(
+                    (
+                        f"GRPO {key} (mean of {len(values)} steps)",
+                        f"{sum(values) / len(values):.2f}",
+                    )
                 )
-    console.print(table)
-    console.print(
+    return rows, (
         f"model {model or preset + ' random'}, device {device_name}, recipe {config}, "
         f"torch {torch.__version__}"
     )
 
 
-def bench_logprobs(
-    tokens: int = typer.Option(8192, help="Sequence length (one sequence; all but 16 trained)."),
-    grad: bool = typer.Option(False, help="Forward + backward instead of a no-grad pass."),
-    vocab_size: int = typer.Option(151936, help="Vocabulary (151936 = Qwen3's)."),
-    hidden: int = typer.Option(64, help="Hidden size of the narrow random Qwen3."),
-    layers: int = typer.Option(2, help="Decoder layers."),
-    temperature: float = typer.Option(0.7),
-    top_k: int = typer.Option(0, help="Top-k of the sampling distribution (0 = off)."),
-    top_p: float = typer.Option(1.0, help="Top-p of the sampling distribution."),
-    entropy: bool = typer.Option(False, help="Also compute the entropy (with grad under --grad)."),
-    chunk_tokens: int = typer.Option(0, help="Tokens per chunk (0 = sized from the vocabulary)."),
-    device: str = typer.Option("cpu"),
-) -> None:
-    """Peak memory added by, and time of, one log-prob pass over a long sequence."""
+def logprobs_line(
+    tokens: int = 8192,
+    grad: bool = False,
+    vocab_size: int = 151936,
+    hidden: int = 64,
+    layers: int = 2,
+    temperature: float = 0.7,
+    top_k: int = 0,
+    top_p: float = 1.0,
+    entropy: bool = False,
+    chunk_tokens: int = 0,
+    device: str = "cpu",
+) -> str:
+    """Peak memory added by, and time of, one log-prob pass over a long sequence: one line."""
     torch.manual_seed(0)
     heads = max(1, hidden // 16)
     config = Qwen3Config(
@@ -199,7 +195,7 @@ def bench_logprobs(
             sequence_logprobs(model, batch, temperature, **kwargs)
     elapsed = time.perf_counter() - start
     added = memory.added_gb()
-    Console().print(
+    return (
         f"log-probs of {tokens} tokens ({'forward + backward' if grad else 'no grad'}), "
         f"vocab {vocab_size}, hidden {hidden} x {layers} layers, device {device}: "
         f"peak memory added {'n/a' if added is None else f'{added:.2f} GiB'}, "

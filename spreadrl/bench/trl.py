@@ -44,9 +44,7 @@ from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, TypedDict
 
-import typer
 from rich.console import Console
-from rich.table import Table
 
 from spreadrl.config import load_config
 from spreadrl.errors import SpreadrlError
@@ -578,53 +576,26 @@ def run_plan(
     return [labels if r % 2 == 0 else labels[::-1] for r in range(rounds)]
 
 
-def bench_trl(
-    steps: int = typer.Option(4, help="GRPO steps per run (the first is a warm-up)."),
-    rounds: int = typer.Option(2, help="Runs per system, alternating TRL and spreadrl."),
-    prompts: int = typer.Option(8, help="Prompts per step."),
-    group: int = typer.Option(4, help="Rollouts per prompt."),
-    new_tokens: int = typer.Option(128, help="New tokens per rollout (one turn)."),
-    systems: str = typer.Option("trl,spreadrl", help="Which systems to run, comma-separated."),
-    threads: int = typer.Option(0, help="torch threads per run (0 = torch's default)."),
-    micro_batch_tokens: int = typer.Option(
-        65536, help="spreadrl's update micro-batch token budget (65536: one micro-batch)."
-    ),
-    same_prompt: bool = typer.Option(
-        True,
-        "--same-prompt/--instruction-prompt",
-        help="TRL gets spreadrl's rendered episode openings, the same token ids (equal "
-        "work), or only the bare task instruction.",
-    ),
-    both_modes: bool = typer.Option(
-        False, help="Run TRL in both prompt modes in the same alternating rounds."
-    ),
-    async_staleness: int = typer.Option(
-        0,
-        help="Also run spreadrl's asynchronous GRPO with this rollout.max_staleness "
-        "(0: only the synchronous trainer).",
-    ),
-    smoke: bool = typer.Option(False, help="A tiny shape and 2 steps: checks that both run."),
-    out: Path = typer.Option(None, help="Keep the runs here (default: a temporary folder)."),
-) -> None:
-    """TRL GRPOTrainer vs spreadrl grpo on one model and one step shape, in alternating subprocesses.
-
-    Prints s/step, tokens/s, generated tokens/s and peak RSS per system, and their
-    ratios. By default TRL starts from the very prompt ids spreadrl's episodes start
-    with (tool schema, instruction, workbook overview); --instruction-prompt gives it
-    the bare instruction instead, --both-modes runs both. Needs the bench extra for
-    the TRL half: pip install 'spreadrl[bench]'.
-
-      spreadrl bench trl --steps 4 --rounds 2 --both-modes
-    """
-    console = Console()
-    if not console.is_terminal:  # piped into a file or docs: room for every column
-        console = Console(width=160)
-    shape = SMOKE if smoke else Shape(prompts, group, new_tokens, steps)
-    shape = replace(shape, micro_batch_tokens=micro_batch_tokens, same_prompt=same_prompt)
-    chosen = [s.strip() for s in systems.split(",") if s.strip()]
+def run_trl_bench(
+    shape: Shape,
+    chosen: Sequence[str],
+    *,
+    both_modes: bool = False,
+    rounds: int = 2,
+    async_staleness: int = 0,
+    threads: int = 0,
+    out: Path | None = None,
+    progress: Callable[[str], None] = lambda line: None,
+) -> tuple[dict[str, dict[str, float]], bool | None]:
+    """Run each system's GRPO steps in alternating subprocesses (:func:`run_plan`);
+    return the per-system summary and whether TRL's first prompt ids were spreadrl's
+    (None when not compared). ``progress`` gets a line as each run starts."""
     bad = sorted(set(chosen) - set(SYSTEMS))
     if bad or not chosen:
         raise SpreadrlError(f"--systems: unknown {bad}; choose from {list(SYSTEMS)}")
+    if async_staleness < 0:
+        raise SpreadrlError(f"--async-staleness: {async_staleness} is below 0")
+    same_prompt = shape.same_prompt
     with tempfile.TemporaryDirectory(prefix="spreadrl-bench-trl-") as tmp:
         root = Path(out) if out else Path(tmp)
         model_dir = build_bench_model(root / "model")
@@ -633,14 +604,10 @@ def bench_trl(
             prompt_file = root / "prompts.json"
             prompt_file.write_text(json.dumps(same_prompts(model_dir, shape)))
         results = []
-        if async_staleness < 0:
-            raise SpreadrlError(f"--async-staleness: {async_staleness} is below 0")
-        plan = run_plan(
-            chosen, same_prompt, both_modes, 1 if smoke else rounds, async_staleness > 0
-        )
+        plan = run_plan(chosen, same_prompt, both_modes, rounds, async_staleness > 0)
         for r, order in enumerate(plan):
             for label in order:
-                console.print(f"round {r + 1}: {label} ({shape.steps} steps)")
+                progress(f"round {r + 1}: {label} ({shape.steps} steps)")
                 system = {TRL_INSTRUCTION: "trl", SPREADRL_ASYNC: "spreadrl"}.get(label, label)
                 staleness = async_staleness if label == SPREADRL_ASYNC else 0
                 run_shape = replace(shape, same_prompt=label == "trl", max_staleness=staleness)
@@ -653,10 +620,11 @@ def bench_trl(
         raise SpreadrlError(
             "bench trl --same-prompt: TRL's first-step prompt ids differ from spreadrl's"
         )
-    table = Table("system", *(title for _, title, _ in COLUMNS))
-    for row in table_rows(summary):
-        table.add_row(*row)
-    console.print(table)
+    return summary, same
+
+
+def shape_line(shape: Shape, summary: dict[str, dict[str, float]], same: bool | None) -> str:
+    """The line under the table: the shape, what TRL was prompted with, the versions."""
     versions = ", ".join(f"{k} {v}" for k, v in _versions().items())
     mode = "; ".join(
         text
@@ -666,7 +634,7 @@ def bench_trl(
         )
         if label in summary
     )
-    console.print(
+    return (
         f"shape: {shape.prompts} prompts x {shape.group} rollouts, {shape.new_tokens} new tokens, "
         f"fp32, 1 epoch, 1 mini-batch, no KL, spreadrl micro_batch_tokens "
         f"{shape.micro_batch_tokens}; TRL's prompts: {mode or '-'}; medians over steps "

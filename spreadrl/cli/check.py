@@ -93,6 +93,8 @@ def _check_one(
     result = check_workbook(
         output, task.case(case).answer_path, task.answer_position, engine=engine
     )
+    if result.refused:  # the archive gate's reason, as one error line
+        raise SpreadrlError(result.refused)
     verdict = "[green]PASS[/]" if result.passed else "[red]FAIL[/]"
     console.print(
         f"{verdict} task {plain(task.id)} case {case}: {result.checked_cells} cells checked "

@@ -64,6 +64,12 @@ def plan(
         table.add_row(
             f"peak: {phase}", f"{gib:.1f}", f"[{colour}]{verdict}[/] ({allocated:.1f} allocated)"
         )
+    if result.host_gib:
+        table.add_row(
+            "CPU memory (offload)",
+            f"{result.host_gib:.1f}",
+            "per process: weights, gradients, AdamW state, KL reference (model.cpu_offload)",
+        )
     if cfg.rollout.backend == "vllm":
         table.add_row(
             "vLLM KV tokens",

@@ -55,4 +55,4 @@ def make_env_pool(
     factory = env_factory(settings)
     if workers <= 0:
         return InlineEnvPool(factory)
-    return EnvPool(factory, num_workers=workers)
+    return EnvPool(factory, num_workers=workers, limits=_settings(env).worker_limits())

@@ -10,10 +10,11 @@ recipe names.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from spreadrl.config import Section, option
 from spreadrl.errors import ConfigError
+from spreadrl.rollout.config import RolloutConfig
 
 
 @dataclass(frozen=True)
@@ -23,11 +24,30 @@ class EvalConfig(Section):
     )
     tasks: str = option("builtin:test", "Held-out task folder or builtin:<split>.")
     max_cases: int = option(64, "Cases evaluated each time, the first of the set (0 = all).")
-    samples: int = option(1, "Samples per case, at the rollout temperature.")
+    samples: int = option(1, "Samples per case, at eval.temperature.")
+    temperature: float | None = option(
+        None,
+        "Sampling temperature of held-out episodes (0 = greedy, as Spreadsheet-RL validates); "
+        "None = the rollout's.",
+    )
 
     def validate(self) -> None:
+        if self.temperature is not None and self.temperature < 0:
+            raise ConfigError(f"eval.temperature must be >= 0 (0 = greedy), got {self.temperature}")
         if self.every_steps < 0 or self.max_cases < 0 or self.samples < 1:
             raise ConfigError(
                 "eval.every_steps and eval.max_cases must be >= 0 and eval.samples >= 1, got "
                 f"{self.every_steps}, {self.max_cases}, {self.samples}"
             )
+
+
+def eval_rollout(evaluation: EvalConfig, rollout: RolloutConfig) -> RolloutConfig:
+    """The rollout settings held-out episodes run with: the rollout's, at ``eval.temperature``.
+
+    Training samples to explore; a score is read best from the policy's most
+    likely answers, which is why upstream validates greedily. Only the
+    temperature changes: budgets, tool handling and top-p/top-k stay the rollout's.
+    """
+    if evaluation.temperature is None:
+        return rollout
+    return replace(rollout, temperature=evaluation.temperature)

@@ -9,6 +9,10 @@ longest context plus ``max_new_tokens`` and written in place (transformers'
 default cache copies itself at every decoded token). With ``cascade_attention`` (the
 default) a shared prompt is not even copied: its keys and values stay once per group and
 each decoded token attends to them once per group (see :mod:`spreadrl.rollout.cascade`).
+With ``static_cache`` (``rollout.hf_static_cache``, for GPUs) the cache is transformers'
+fixed-size ``StaticCache`` instead, and ``generate`` then compiles the decoding forward
+with CUDA graphs (``torch.compile(mode="reduce-overhead")``): a decode step becomes one
+graph launch instead of hundreds of kernel launches from Python.
 
 Log-probs are those of the processed sampling distribution (temperature, then
 top-k, then top-p; see :mod:`spreadrl.rollout.sampling`), recorded step by step
@@ -34,7 +38,7 @@ from transformers import (
     PreTrainedModel,
     PreTrainedTokenizerBase,
 )
-from transformers.cache_utils import Cache, DynamicLayer
+from transformers.cache_utils import Cache, DynamicLayer, StaticCache
 
 from spreadrl.rollout.cascade import cascade_attention, cascade_cache, is_cascade_cache
 from spreadrl.rollout.chat import chat_format
@@ -58,6 +62,7 @@ class HFPolicy:
         share_prefill: bool = True,
         preallocate_cache: bool = True,
         cascade_attention: bool = True,
+        static_cache: bool = False,
     ) -> None:
         self.model = model
         self.tokenizer = tokenizer
@@ -65,6 +70,7 @@ class HFPolicy:
         self.share_prefill = share_prefill
         self.preallocate_cache = preallocate_cache
         self.cascade_attention = cascade_attention
+        self.static_cache = static_cache
         self.stop_ids = stop_token_ids(tokenizer)
         self.pad_id = (
             tokenizer.pad_token_id if tokenizer.pad_token_id is not None else self.stop_ids[0]
@@ -143,9 +149,13 @@ class HFPolicy:
         input_ids, attention = input_ids.to(self.device), attention.to(self.device)
         with torch.no_grad():
             capacity = width + params.max_new_tokens
-            cache = self._shared_prefill(
-                contexts, input_ids, attention, capacity, params.max_new_tokens
-            )
+            cache = None
+            if self.static_cache:  # one fixed-size cache: generate compiles decoding on GPU
+                cache = static_cache(self.model, capacity)
+            else:
+                cache = self._shared_prefill(
+                    contexts, input_ids, attention, capacity, params.max_new_tokens
+                )
             if cache is None and self.preallocate_cache:
                 cache = self._new_cache(capacity)
             if cache is not None:
@@ -250,23 +260,43 @@ def _processor_list(recorder: SampledLogprobs) -> LogitsProcessorList:
 
 def _row_sampler(seeds: Sequence[int]) -> LogitsProcessor:
     """A logits processor that draws row i's token from the (processed) distribution with a
-    generator seeded ``seeds[i]`` and leaves only that token possible."""
-    generators = [torch.Generator().manual_seed(s) for s in seeds]
+    generator seeded ``seeds[i]`` and leaves only that token possible.
+
+    The generators live on the logits' device (made at the first step), so a GPU
+    rollout never copies the [batch, vocab] probabilities to the host nor waits for
+    them: the draws queue behind the forward like any kernel."""
+    generators: list[torch.Generator] = []
 
     class RowSampler(LogitsProcessor):
         def __call__(self, input_ids: torch.LongTensor, scores: torch.Tensor) -> torch.Tensor:
-            probs = torch.softmax(scores.float(), dim=-1).cpu()
+            if not generators:
+                generators.extend(
+                    torch.Generator(device=scores.device).manual_seed(s) for s in seeds
+                )
+            probs = torch.softmax(scores.float(), dim=-1)
             # torch.multinomial(p, 1, generator=g) is argmax(p / q) with q ~ Exp(1) drawn
             # from g (its one-sample path); the draws stay per row, the rest runs batched
             noise = torch.empty_like(probs)
             for row, generator in zip(noise, generators, strict=True):
                 row.exponential_(1, generator=generator)
-            picks = torch.argmax(probs / noise, dim=-1).to(scores.device)
+            picks = torch.argmax(probs / noise, dim=-1)
             out = torch.full_like(scores, float("-inf"))
             out[torch.arange(len(picks), device=scores.device), picks] = 0.0
             return out
 
     return RowSampler()
+
+
+STATIC_CACHE_BUCKET = 256  # cache lengths round up to this: fewer shapes, fewer recompiles
+
+
+def static_cache(model: PreTrainedModel, capacity: int) -> Cache:
+    """transformers' ``StaticCache`` of ``capacity`` positions per row, rounded up
+    to :data:`STATIC_CACHE_BUCKET` so that calls of nearby lengths share one compiled
+    decoding graph (``generate`` compiles the forward, ``mode="reduce-overhead"``: CUDA
+    graphs, whenever the cache is static and the device is a GPU)."""
+    length = -(-capacity // STATIC_CACHE_BUCKET) * STATIC_CACHE_BUCKET
+    return StaticCache(config=model.config, max_cache_len=length)
 
 
 def stop_token_ids(tokenizer: PreTrainedTokenizerBase) -> list[int]:

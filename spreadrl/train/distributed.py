@@ -28,6 +28,8 @@ import torch.distributed as dist
 from torch import nn
 from torch.optim import Optimizer
 
+from spreadrl.errors import ConfigError
+
 T = TypeVar("T")
 
 
@@ -86,8 +88,15 @@ def shard_model(
     ``compute_dtype`` other than float32 becomes FSDP2's mixed-precision policy:
     shards stay in their own dtype (float32 master weights), units are gathered in
     ``compute_dtype`` for forward and backward, and gradients are reduce-scattered
-    in float32 (:mod:`spreadrl.train.precision`).
+    in float32 (:mod:`spreadrl.train.precision`). ``cpu_offload`` is FSDP2's
+    ``CPUOffloadPolicy``: the shards, their gradients and so the optimizer state
+    live in CPU memory, so it needs the FSDP2 path (torchrun, one process or more).
     """
+    if cpu_offload and not info.enabled:
+        raise ConfigError(
+            "model.cpu_offload works through FSDP2: launch with torchrun "
+            "(`torchrun --nproc-per-node N -m spreadrl ...`, N = 1 on one GPU)"
+        )
     if not info.enabled:
         return model
     from torch.distributed.fsdp import CPUOffloadPolicy, MixedPrecisionPolicy, fully_shard

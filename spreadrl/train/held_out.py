@@ -2,8 +2,8 @@
 
 As nanochat's RL script does, the policy is scored on tasks it does not train
 on while it trains, so a run shows whether the training reward carries over.
-Episodes are sampled at the training temperature (pass@1 as the demo measures
-it) through the same policy, environment pool and budgets as the rollouts; the
+Episodes are sampled at ``eval.temperature`` (the training temperature when
+unset; pass@1 as the demo measures it) through the same policy, environment pool and budgets as the rollouts; the
 figures go to ``metrics.jsonl`` as ``eval/*``. Kept small on purpose
 (``eval.max_cases``): a full evaluation is ``spreadrl eval``'s job.
 """
@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from torch import nn
 
 from spreadrl.data.task import TaskSet
-from spreadrl.eval.config import EvalConfig
+from spreadrl.eval.config import EvalConfig, eval_rollout
 from spreadrl.rollout.chat import EpisodeChat
 from spreadrl.rollout.colocate import ColocatedRollouts
 from spreadrl.rollout.config import RolloutConfig
@@ -86,7 +86,8 @@ class HeldOut:
         run = RunValues(seed=self.seed * 7919 + step, max_prompt_tokens=self.max_prompt_tokens)
         # the engine gets the update's weights
         with generating(self.model, colocated, self.compute_dtype):
-            batch = run_episodes(policy, self.pool, jobs, self.rollout, self.chat, run=run)
+            sampling = eval_rollout(self.evaluation, self.rollout)
+            batch = run_episodes(policy, self.pool, jobs, sampling, self.chat, run=run)
         trajs = batch.trajectories
         sums = [
             float(len(trajs)),

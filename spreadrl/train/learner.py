@@ -66,9 +66,10 @@ class Learner:
         info, compute = run.info, run.precision.compute
         model, tokenizer, start = run.build_policy(cfg.model, cfg.loss)
         reference = build_reference(start, cfg.loss, dtype=compute)
-        shard_model(model, info, compute_dtype=compute)
+        offload = cfg.model.cpu_offload
+        shard_model(model, info, compute_dtype=compute, cpu_offload=offload)
         if reference is not None and reference.separate:
-            shard_model(reference.model, info, compute_dtype=compute)
+            shard_model(reference.model, info, compute_dtype=compute, cpu_offload=offload)
         scoring = Scoring.for_run(cfg.rollout, cfg.optim, compute)
         per_step = updates_per_step(cfg.rollout, cfg.optim)
         optimizer = build_optimizer(model, cfg.optim)

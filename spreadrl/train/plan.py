@@ -56,9 +56,15 @@ on. Time: the update and log-prob FLOPs of a step at the recipe's full budgets
 (every episode at its token limit, an upper bound) at a stated MFU, the rollout's
 wall-time bound, and the collective timeout (:mod:`spreadrl.train.timeouts`).
 
+CPU offload (``model.cpu_offload``, FSDP2's ``CPUOffloadPolicy``): the master
+weights, gradients, AdamW state and the KL reference leave the GPU for CPU
+memory (``Plan.host_gib`` per process); the GPU keeps the units FSDP2 gathers
+in the compute dtype, so the update's compute copy is FSDP2's even on one GPU.
+The time the copies over PCIe take is not modelled.
+
 Not modelled: attention
 kernels that materialise [tokens x tokens] scores (SDPA's flash and
-memory-efficient kernels on GPU do not), CPU offload.
+memory-efficient kernels on GPU do not).
 """
 
 from __future__ import annotations
@@ -200,6 +206,7 @@ class Plan:
     times: list[tuple[str, str]] = field(default_factory=list)
     problems: list[str] = field(default_factory=list)
     largest_utilization: float = 0.0
+    host_gib: float = 0.0  # CPU memory per process under model.cpu_offload
 
     @property
     def fits(self) -> bool:
@@ -237,6 +244,7 @@ class _Budget:
     chunk_per_token: float
     chunk_floor: float
     vllm_weights: float
+    host: float = 0.0  # offloaded to CPU memory (model.cpu_offload), off the GPU
 
 
 def _budget(cfg: GRPOConfig, shape: ModelShape, hw: Hardware, tokens: int) -> _Budget:
@@ -249,11 +257,12 @@ def _budget(cfg: GRPOConfig, shape: ModelShape, hw: Hardware, tokens: int) -> _B
     if getattr(cfg.loss, "kl_coef", 0.0) > 0 and not lora:
         frozen += shape.params  # the reference, a bf16 copy of the starting weights
     mixed = compute != "float32"
-    if w > 1:  # FSDP2: units gathered one at a time (plus a prefetch) in the update
+    fsdp = w > 1 or cfg.model.cpu_offload  # offload runs through FSDP2 even on one GPU
+    if fsdp:  # FSDP2: units gathered one at a time (plus a prefetch) in the update
         copy_update = cb * (shape.root_params + 2 * shape.layer_params)
     else:  # autocast caches a cast of every float32 weight for the whole forward
         copy_update = cb * shape.params if mixed and not lora else 0
-    copy_full = cb * shape.params if (w > 1 or (mixed and not lora)) else 0
+    copy_full = cb * shape.params if (fsdp or (mixed and not lora)) else 0
     layer = tokens * shape.layer_elements_per_token() * cb
     if cfg.model.gradient_checkpointing:
         # the layer's forward again, and its gradients as backward walks through it:
@@ -264,11 +273,18 @@ def _budget(cfg: GRPOConfig, shape: ModelShape, hw: Hardware, tokens: int) -> _B
     per_token = shape.vocab * (BYTES_PER_LOGIT_CUT if cfg.rollout.top_p < 1.0 else BYTES_PER_LOGIT)
     if compute == "float32":  # no bf16 head output, no float32 copy: measured 8.7-15.5 on CPU
         per_token -= 12 * shape.vocab
+    held = {  # the sharded state: on the GPU, or in CPU memory under model.cpu_offload
+        "master": 4 * trainable / w,
+        "grads": 4 * trainable / w,
+        "optim": 8 * trainable / w,
+        "frozen": DTYPE_BYTES[compute] * frozen / w,
+    }
+    host = sum(held.values()) if cfg.model.cpu_offload else 0.0
+    if cfg.model.cpu_offload:
+        held = dict.fromkeys(held, 0.0)
     return _Budget(
-        master=4 * trainable / w,
-        grads=4 * trainable / w,
-        optim=8 * trainable / w,
-        frozen=DTYPE_BYTES[compute] * frozen / w,
+        **held,
+        host=host,
         copy_update=copy_update,
         copy_full=copy_full,
         saved=saved,
@@ -362,6 +378,7 @@ def plan_memory(cfg: GRPOConfig, shape: ModelShape, hw: Hardware) -> Plan:
         margin_gib=dev.margin / GIB,
     )
     plan.largest_utilization = max(0.0, (mem - dev.peak(resident) - dev.margin) / mem)
+    plan.host_gib = b.host / GIB
     plan.problems = _problems(cfg, plan, b, dev, mem, dev.peak(resident), kv_bytes)
     if cfg.rollout.prompts_per_step % max(1, hw.gpus):
         try:
@@ -405,6 +422,11 @@ def _components(
     if cfg.rollout.backend == "vllm":
         util = cfg.rollout.vllm_gpu_memory_utilization
         rows.append(("vLLM share", share, f"{kv_tokens:,} KV tokens at {util:g}"))
+    if cfg.model.cpu_offload:
+        moved = {"master weights (fp32)", "gradients (fp32)", "optimizer state (AdamW, fp32)"}
+        moved.add("frozen weights")
+        note = f"in CPU memory (model.cpu_offload: {b.host / GIB:.1f} GiB per process)"
+        rows = [(n, v, note if n in moved else text) for n, v, text in rows]
     return [(n, v / GIB, note) for n, v, note in rows]
 
 

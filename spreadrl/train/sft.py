@@ -118,7 +118,7 @@ def train_sft(
         )
     steps = cfg.total_steps(len(data.samples))
     compute = run.precision.compute
-    shard_model(model, info, compute_dtype=compute)
+    shard_model(model, info, compute_dtype=compute, cpu_offload=cfg.model.cpu_offload)
     optimizer = build_optimizer(model, cfg.optim)
     scheduler = build_scheduler(optimizer, cfg.optim, steps)
     state = resume_trainer_state(run.resume_from, model, optimizer, scheduler, info)

@@ -29,13 +29,15 @@ DOCUMENTED_ARGUMENTS = {  # docs/tools.md
     "delete_columns": {"start_column", "count", "sheet"},
     "recalculate_and_read": {"ranges"},
     "code_interpreter": {"code"},
+    "copy_range": {"source", "destination"},
 }
 
 
 def test_full_preset_has_the_twelve_tools_with_documented_arguments():
     schemas = tool_schemas("full")
-    assert [s["function"]["name"] for s in schemas] == list(TOOLS) and len(schemas) == 12
-    for schema in schemas:
+    names = [s["function"]["name"] for s in schemas]
+    assert names == [n for n in TOOLS if n != "copy_range"] and len(schemas) == 12
+    for schema in [*schemas, *tool_schemas(["copy_range"])]:
         fn = schema["function"]
         assert schema["type"] == "function" and fn["description"]
         props = set(fn["parameters"]["properties"])
@@ -61,7 +63,7 @@ def test_schema_required_fields_match_the_argument_models():
 
 def test_presets_lists_and_unknown_names():
     assert [t.name for t in resolve_tools("minimal")] == list(PRESETS["minimal"])
-    assert [t.name for t in resolve_tools(["full"])] == list(TOOLS)
+    assert [t.name for t in resolve_tools(["full"])] == list(PRESETS["full"])
     assert [t.name for t in resolve_tools("write_range, list_sheets")] == [
         "write_range",
         "list_sheets",

@@ -131,3 +131,48 @@ def test_4b_shape_preset_saves_bfloat16_and_restores_default_dtype(tok, tmp_path
     model, _ = load_model_and_tokenizer(str(out))
     assert model.dtype == torch.bfloat16
     assert torch.get_default_dtype() == torch.float32
+
+
+def test_a_meta_built_model_is_materialised_and_initialised_on_its_device(tok, monkeypatch):
+    """The 4b-shape's path (meta device, then storage and initialisation where it runs),
+    taken here by the tiny shape on the CPU."""
+    import spreadrl.models.init as init
+
+    built_on: list[torch.device] = []
+    real = init.Qwen3ForCausalLM
+
+    class Spy(real):  # records where construction allocates
+        def __init__(self, config):
+            built_on.append(torch.empty(0).device)
+            super().__init__(config)
+
+    monkeypatch.setattr(init, "Qwen3ForCausalLM", Spy)
+    config = make_config("tiny", tok)
+    model = init.build_random_model(config, torch.float32, seed=5, device="cpu")
+    assert built_on == [torch.device("meta")]
+    tensors = [*model.parameters(), *model.buffers()]
+    assert all(t.device == torch.device("cpu") for t in tensors)
+    assert model.lm_head.weight is model.model.embed_tokens.weight  # tied again
+    eager = init.build_random_model(config, torch.float32, seed=5)  # constructed on the CPU
+    assert built_on[-1] == torch.device("cpu")
+    assert torch.equal(model.model.rotary_emb.inv_freq, eager.model.rotary_emb.inv_freq)
+    for (name, p), (_, q) in zip(model.named_parameters(), eager.named_parameters(), strict=True):
+        if name.endswith("norm.weight"):
+            assert torch.equal(p, torch.ones_like(p)), name
+        else:  # the same distribution, other draws: normal(0, 0.02)
+            assert abs(p.std().item() - 0.02) < 0.002 and abs(p.mean().item()) < 0.002, name
+            assert not torch.equal(p, q), name
+    again = init.build_random_model(config, torch.float32, seed=5, device="cpu")
+    assert all(
+        torch.equal(p, q) for p, q in zip(model.parameters(), again.parameters(), strict=True)
+    )
+    ids = torch.tensor([tok.encode("Write the sum", add_special_tokens=False)])
+    assert torch.allclose(model(ids).logits, again(ids).logits)
+
+
+def test_init_model_builds_through_the_meta_device_where_asked(tok, tmp_path):
+    path = init_model("tiny", tok, tmp_path / "meta", seed=1, device="cpu")
+    model, _ = load_model_and_tokenizer(str(path))
+    assert model.lm_head.weight.data_ptr() == model.model.embed_tokens.weight.data_ptr()
+    ids = torch.tensor([tok.encode("Write the sum", add_special_tokens=False)])
+    assert torch.isfinite(model(ids).logits).all()

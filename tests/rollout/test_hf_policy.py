@@ -108,3 +108,39 @@ def test_row_sampler_draws_what_torch_multinomial_draws():
             int(torch.multinomial(probs[i], 1, generator=g)) for i, g in enumerate(reference)
         ]
         assert (out == 0).sum().item() == 3
+
+
+def test_the_static_cache_samples_what_the_default_rollout_does(tiny_model):
+    """rollout.hf_static_cache (for GPUs, where generate compiles decoding over it): on the
+    CPU, uncompiled, the same tokens and log-probs within float tolerance, through a cache
+    of transformers' StaticCache type rounded up to its bucket."""
+    from transformers.cache_utils import StaticCache
+
+    from spreadrl.rollout.hf_policy import STATIC_CACHE_BUCKET, static_cache
+    from spreadrl.rollout.kv_cache import cache_name
+
+    model, tok = tiny_model
+    prompt = tok.encode("Sum column A and write the total in B1.", add_special_tokens=False)
+    other = tok.encode("Average of C1:C9?", add_special_tokens=False)
+    contexts = [prompt, prompt, other, prompt]
+    params = SamplingParams(0.9, 0.95, 20, max_new_tokens=12, seed=3)
+    cache = static_cache(model, 40)
+    assert isinstance(cache, StaticCache)
+    assert cache.layers[0].max_cache_len == STATIC_CACHE_BUCKET
+    seen = []
+    original = model.generate
+
+    def spy(*args, **kwargs):
+        seen.append(type(kwargs.get(cache_name())))
+        return original(*args, **kwargs)
+
+    model.generate = spy
+    try:
+        static = HFPolicy(model, tok, static_cache=True).act(contexts, params, seeds=[1, 2, 3, 4])
+    finally:
+        del model.generate
+    default = HFPolicy(model, tok).act(contexts, params, seeds=[1, 2, 3, 4])
+    assert seen == [StaticCache]
+    for a, b in zip(static, default, strict=True):
+        assert a.token_ids == b.token_ids
+        assert torch.allclose(torch.tensor(a.logprobs), torch.tensor(b.logprobs), atol=1e-4)

@@ -1,13 +1,14 @@
-"""What a thinking model sees at turn 2 on the paths that rebuild its context from messages.
+"""What a thinking model sees at turn 2, on every path of ``docs/thinking.md`` (one test a row).
 
-The token-level paths (GRPO, the held-out eval, ``eval`` hf/vllm, serve's
-``/v1/tasks``) append the sampled ids; ``tests/rollout/test_chat_qwen3.py``
-pins that their context equals the template's rendering. The paths here hand
-messages to a template instead: an SFT row, an OpenAI-compatible server
-(``eval --backend openai``), ``spreadrl serve``'s chat endpoint. Each is run
-under Qwen3's real tokenizer and the Qwen3-4B-Thinking-2507 fixture template
-and compared, id for id, with the context a token-level rollout of the same
-sampled turns gave the model (``docs/thinking.md`` has the table).
+Each path is driven through its own entry point under Qwen3's real tokenizer
+and the Qwen3-4B-Thinking-2507 fixture template, and every context its model
+was given is compared, id for id, with the context a plain token-level rollout
+of the same sampled turns gave it. The token-level paths (GRPO, the held-out
+eval, ``eval`` hf/vllm, serve's ``/v1/tasks``) append sampled ids;
+``tests/rollout/test_chat_qwen3.py`` pins that to the template's rendering.
+The message-level paths hand messages to a template instead: an SFT row, an
+OpenAI-compatible server (``eval --backend openai``), ``spreadrl serve``'s
+chat endpoint; they match only when the reasoning reaches the template.
 """
 
 from __future__ import annotations
@@ -15,20 +16,23 @@ from __future__ import annotations
 import json
 import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
 
 import pytest
 
+from spreadrl.data.task import TaskSet
 from spreadrl.models.qwen3 import load_qwen3_tokenizer
 from spreadrl.rollout.chat import EpisodeChat, chat_format, hermes_tool_call
 from spreadrl.rollout.config import RolloutConfig
 from spreadrl.rollout.openai_policy import OpenAIPolicy
 from spreadrl.rollout.parsing import parse_assistant_turn
 from spreadrl.rollout.runner import EpisodeJob, run_episodes
-from spreadrl.rollout.types import Trajectory
+from spreadrl.rollout.types import PolicyTurn, Trajectory
 from spreadrl.train.sft_data import encode_conversation
 from tests.rollout.fakes import make_task
 from tests.rollout.test_chat_qwen3 import (
     IM_END,
+    IM_START,
     OBSERVATIONS,
     SCRIPT,
     THINKING_TEMPLATE,
@@ -46,11 +50,11 @@ def thinking_tokenizer():
     return tok
 
 
-def bodies():
+def bodies(script=SCRIPT):
     """Each scripted turn's text after the reasoning: words, then Hermes calls."""
     return [
         "\n".join([before] * bool(before) + [hermes_tool_call(n, a) for n, a in calls])
-        for _, before, calls in SCRIPT
+        for _, before, calls in script
     ]
 
 
@@ -146,7 +150,7 @@ class TemplateServer(BaseHTTPRequestHandler):
         if self.mode == "inline":
             return {"content": text}
         reasoning, _, content = text.partition("</think>")
-        message = {self.mode: reasoning, "content": content}
+        message = {self.mode: reasoning.split("<think>")[-1], "content": content}
         if "<tool_call>" in content:
             message["content"], *blocks = content.split("<tool_call>")
             calls = [json.loads(b.split("</tool_call>")[0]) for b in blocks]
@@ -244,6 +248,47 @@ def test_openai_backend_gives_the_model_the_rollouts_context(
     assert len(reference.messages) == len(saved.messages)
 
 
+def run_openai(tok, server, texts, mode="reasoning_content"):
+    """An openai-backend episode against ``server`` rendering with ``tok``; the prompts it got."""
+    TemplateServer.tok, TemplateServer.texts, TemplateServer.mode = tok, texts, mode
+    policy = OpenAIPolicy("m", base_url=server)
+    settings = RolloutConfig(max_calls_per_turn=2, max_response_tokens=4096)
+    run_episodes(policy, Pool(), [EpisodeJob(make_task())], settings)
+    policy.close()
+    return TemplateServer.prompts
+
+
+def test_openai_backend_under_qwen3s_own_template(qwen3_tokenizer, template_server):
+    """The same under Qwen3's own (hybrid) template, where the model writes <think> itself."""
+    fmt = chat_format(qwen3_tokenizer)
+    texts = [fmt.assistant_text(body, r) for body, (r, _, _) in zip(bodies(), SCRIPT, strict=True)]
+    assert texts[0].startswith("<think>\n")
+    sampler, _ = rollout(qwen3_tokenizer, texts)
+    assert run_openai(qwen3_tokenizer, template_server, texts) == sampler.contexts
+
+
+def test_openai_backend_empty_reasoning_differs_only_at_the_newline_seam(
+    thinking_tokenizer, template_server
+):
+    """Why not every turn matches on a re-rendering path: a turn with empty reasoning was
+    sampled after the prompt's "<think>", "\n" as "\n", "</think>"; the template renders
+    it "<think>\n\n</think>" and the tokenizer merges the two newlines into one token."""
+    tok = thinking_tokenizer
+    fmt = chat_format(tok)
+    reasonings = ["", *[r for r, _, _ in SCRIPT[1:]]]
+    texts = [fmt.assistant_text(b, r) for b, r in zip(bodies(), reasonings, strict=True)]
+    sampler, _ = rollout(tok, texts)
+    prompts = run_openai(tok, template_server, texts)
+    assert prompts[0] == sampler.contexts[0]
+    for turn in (1, 2):
+        sampled, rendered = sampler.contexts[turn], prompts[turn]
+        assert rendered != sampled
+        at = next(
+            i for i in range(len(sampled)) if sampled[i : i + 3] == [NEWLINE, NEWLINE, THINK_CLOSE]
+        )
+        assert rendered == sampled[:at] + [TWO_NEWLINES] + sampled[at + 2 :]
+
+
 def observation(arguments):
     """What the test pool answers a write (the client's own tool run, in the chat tests)."""
     ok = "values" in arguments
@@ -311,3 +356,177 @@ def test_serve_chat_renders_echoed_reasoning_as_the_rollout(thinking_tokenizer, 
     shown = tok.decode(latest)
     assert not any(reasoning in shown for reasoning, _, _ in SCRIPT)
     assert shown.count("<think>") == 1 and shown.endswith("<|im_start|>assistant\n<think>\n")
+
+
+# --- one test per token-level path of docs/thinking.md: each runs its own entry point
+# (not run_episodes directly) on a 2-turn episode, a call then the answer, and compares
+# every context its policy was given with a plain token-level rollout's
+
+TWO_TURNS = [SCRIPT[0], SCRIPT[-1]]
+
+
+class TurnSampler:
+    """A token-level policy for any number of episodes: each context gets the scripted
+    turn its position says (the count of turns already in it); every context is kept."""
+
+    token_level = True
+
+    def __init__(self, tok, texts):
+        self.tok, self.texts, self.contexts, self.pending = tok, texts, [], []
+
+    def act(self, contexts, params):
+        return [self._turn(context) for context in contexts]
+
+    def _turn(self, context):
+        self.contexts.append(list(context))
+        text = self.texts[turn_of(context)]
+        ids = self.tok.encode(text, add_special_tokens=False) + [IM_END]
+        return PolicyTurn(text, ids, [-0.25] * len(ids), "stop")
+
+
+class StreamingSampler(TurnSampler):
+    """:class:`TurnSampler` with vLLM's submit/poll, so the episode scheduler drives it."""
+
+    def submit(self, request_id, context, params):
+        self.pending.append((request_id, list(context)))
+
+    def poll(self):
+        done, self.pending = self.pending, []
+        return [(request_id, self._turn(context)) for request_id, context in done]
+
+
+def turn_of(context):
+    """The assistant turn a context prompts: system, user, then a tool turn per earlier turn."""
+    return (context.count(IM_START) - 3) // 2
+
+
+@pytest.fixture(scope="module")
+def two_turns(thinking_tokenizer):
+    """The scripted texts and each turn's context in a plain token-level rollout."""
+    tok = thinking_tokenizer
+    fmt = chat_format(tok)
+    texts = [
+        fmt.assistant_text(b, r) for b, (r, _, _) in zip(bodies(TWO_TURNS), TWO_TURNS, strict=True)
+    ]
+    policy = TurnSampler(tok, texts)
+    run_episodes(policy, Pool(), [EpisodeJob(make_task())], RolloutConfig(), EpisodeChat.of(tok))
+    assert [turn_of(c) for c in policy.contexts] == [0, 1]
+    assert tok.decode(policy.contexts[1]).count(TWO_TURNS[0][0]) == 1  # turn 1's reasoning
+    return texts, policy.contexts
+
+
+def assert_contexts(policy, reference, episodes=1):
+    assert sorted(turn_of(c) for c in policy.contexts) == [0] * episodes + [1] * episodes
+    for context in policy.contexts:
+        assert context == reference[turn_of(context)]
+
+
+def task_set():
+    return TaskSet(Path("."), [make_task()])
+
+
+def test_grpo_rollouts_give_turn_2_the_rollouts_ids(thinking_tokenizer, two_turns):
+    from spreadrl.train.config import DynamicSamplingConfig, RewardConfig
+    from spreadrl.train.rollouts import collect_rollouts
+    from spreadrl.train.sampler import EpochShuffle
+
+    texts, reference = two_turns
+    policy = TurnSampler(thinking_tokenizer, texts)
+    cfg = RolloutConfig(group_size=2, prompts_per_step=1)
+    collect_rollouts(
+        policy,
+        Pool(),
+        EpisodeChat.of(thinking_tokenizer),
+        task_set(),
+        EpochShuffle([("t1", 1)], seed=0),
+        cfg,
+        DynamicSamplingConfig(mode="off"),
+        RewardConfig(),
+        max_prompt_tokens=0,
+        seed=0,
+    )
+    assert_contexts(policy, reference, episodes=2)
+
+
+def test_held_out_eval_gives_turn_2_the_rollouts_ids(thinking_tokenizer, two_turns):
+    import torch
+
+    from spreadrl.eval.config import EvalConfig
+    from spreadrl.train.distributed import DistInfo
+    from spreadrl.train.held_out import HeldOut
+
+    texts, reference = two_turns
+    policy = TurnSampler(thinking_tokenizer, texts)
+    held_out = HeldOut(
+        tasks=task_set(),
+        pool=Pool(),
+        chat=EpisodeChat.of(thinking_tokenizer),
+        evaluation=EvalConfig(),
+        rollout=RolloutConfig(),
+        steps=1,
+        seed=0,
+        max_prompt_tokens=0,
+        compute_dtype="float32",
+        model=torch.nn.Linear(1, 1),
+        info=DistInfo(),
+    )
+    metrics = held_out.run(held_out.tasks, 1, policy, None)
+    assert metrics
+    assert_contexts(policy, reference)
+
+
+@pytest.mark.parametrize(
+    ("sampler", "scheduler"), [(TurnSampler, "turn"), (StreamingSampler, "episode")]
+)
+def test_eval_gives_turn_2_the_rollouts_ids(
+    thinking_tokenizer, two_turns, tmp_path, sampler, scheduler
+):
+    """``spreadrl eval`` with hf (turn by turn) and with vllm (the episode scheduler, its default)."""
+    from spreadrl.eval.runner import run_eval
+
+    texts, reference = two_turns
+    policy = sampler(thinking_tokenizer, texts)
+    cfg = RolloutConfig(scheduler=scheduler)
+    run_eval(
+        task_set(), policy, Pool(), cfg, tmp_path, tokenizer=thinking_tokenizer, progress=False
+    )
+    assert_contexts(policy, reference)
+    (row,) = [
+        json.loads(line) for line in (tmp_path / "trajectories.jsonl").read_text().splitlines()
+    ]
+    assistant = [m for m in row["messages"] if m["role"] == "assistant"]
+    assert [m["reasoning_content"] for m in assistant] == [r for r, _, _ in TWO_TURNS]
+
+
+def test_serve_task_gives_turn_2_the_rollouts_ids(thinking_tokenizer, two_turns, tmp_path):
+    """``POST /v1/tasks``: the served task runs the same loop with the server's chat format."""
+    from contextlib import contextmanager
+
+    from fastapi.testclient import TestClient
+
+    from spreadrl.serve.app import create_app
+    from spreadrl.serve.schemas import ServeSettings
+    from tests.serve.conftest import xlsx_bytes
+
+    @contextmanager
+    def pools(preset):
+        yield Pool()
+
+    texts, reference = two_turns
+    policy = TurnSampler(thinking_tokenizer, texts)
+    app = create_app(
+        ServeSettings(model_name="m", env_workers=0),
+        policy,
+        thinking_tokenizer,
+        pool_factory=pools,
+        work_dir=tmp_path,
+    )
+    with TestClient(app) as client:
+        response = client.post(
+            "/v1/tasks",
+            files={"file": ("book.xlsx", xlsx_bytes(), "application/octet-stream")},
+            data={"instruction": "Put 42 in A1.", "max_turns": "4"},
+        )
+    assert response.status_code == 200, response.text
+    assert response.json()["turns"] == 2
+    assert_contexts(policy, reference)

@@ -162,7 +162,7 @@ def test_page_shows_progress_then_the_turns_with_a_cell_grid(app_factory, tiny_p
     assert results, "the harness never reported"
     seen = results[0]
     assert "error" not in seen, seen
-    assert seen["presets"] == ["minimal", "full", "spreadsheet-rl"]
+    assert seen["presets"] == ["minimal", "full", "spreadsheet-rl", "spreadsheet-rl-2606"]
     # mid-run: the first call, its observation and its cells, before any result
     assert seen["progress"]["visible"] and seen["progress"]["resultHidden"]
     assert seen["progress"]["calls"][0].startswith("1. write_range ")

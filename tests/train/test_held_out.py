@@ -10,6 +10,7 @@ from rich.console import Console
 
 from spreadrl.config import load_config
 from spreadrl.data.task import TaskSet
+from spreadrl.errors import ConfigError
 from spreadrl.train.config import GRPOConfig
 from spreadrl.train.grpo import train_grpo
 from spreadrl.train.held_out import eval_due, held_out_jobs
@@ -63,3 +64,41 @@ def test_grpo_runs_the_held_out_eval_inside_the_loop(tiny_model_dir, tmp_path):
     assert "eval/pass@1" not in metrics[0]
     assert metrics[1]["eval/episodes"] == 3 and 0.0 <= metrics[1]["eval/pass@1"] <= 1.0
     assert metrics[1]["eval/generated_tokens"] > 0
+
+
+def test_the_held_out_eval_samples_at_eval_temperature(monkeypatch):
+    """Upstream validates greedily (val_kwargs.temperature=0): eval.temperature sets that."""
+    import contextlib
+    from types import SimpleNamespace
+
+    from spreadrl.train import held_out
+    from spreadrl.train.distributed import DistInfo
+
+    seen = []
+
+    def fake_run(policy, pool, jobs, cfg, chat, run):
+        seen.append(cfg.temperature)
+        return SimpleNamespace(trajectories=[])
+
+    monkeypatch.setattr(held_out, "run_episodes", fake_run)
+    monkeypatch.setattr(held_out, "generating", lambda *a: contextlib.nullcontext())
+    tasks = TaskSet(Path("."), [make_task()])
+    for overrides, expected in ((["eval.temperature=0"], 0.0), ([], 0.6)):
+        cfg = load_config(GRPOConfig, None, ["rollout.temperature=0.6", *overrides])
+        run = held_out.HeldOut(
+            tasks, FakePool(), None, cfg.eval, cfg.rollout, 1, 0, 64, "float32", None, DistInfo()
+        )
+        run.run(tasks, 1, policy=None, colocated=None)
+        assert seen[-1] == expected
+    assert cfg.rollout.temperature == 0.6  # training keeps its own temperature
+
+
+def test_spreadrl_eval_takes_the_recipes_eval_temperature_unless_told(tmp_path):
+    from spreadrl.cli.eval import load_eval_recipe
+
+    recipe = tmp_path / "r.yaml"
+    recipe.write_text("rollout:\n  temperature: 0.6\neval:\n  temperature: 0.0\n")
+    assert load_eval_recipe(recipe, []).rollout.temperature == 0.0
+    assert load_eval_recipe(recipe, ["rollout.temperature=0.9"]).rollout.temperature == 0.9
+    with pytest.raises(ConfigError, match="eval.temperature must be >= 0"):
+        load_eval_recipe(recipe, ["eval.temperature=-1"])

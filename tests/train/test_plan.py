@@ -274,3 +274,50 @@ def test_on_cpu_the_device_figures_are_the_allocated_ones():
     )
     assert plan.phases == pytest.approx(plan.allocated)
     assert plan.margin_gib == 0.0
+
+
+def test_cpu_offload_moves_the_sharded_state_to_cpu_memory():
+    """model.cpu_offload (upstream's param_offload + optimizer_offload) as FSDP2 counts it."""
+    overrides = ["model.dtype=bfloat16", "loss.kl_coef=0.001", "rollout.backend=vllm"]
+    on_gpu = load_config(GRPOConfig, None, overrides)
+    offloaded = load_config(GRPOConfig, None, [*overrides, "model.cpu_offload=true"])
+    shape = _shape()
+    moved = ["master weights (fp32)", "gradients (fp32)", "optimizer state (AdamW, fp32)"]
+    moved.append("frozen weights")
+    for gpus in (1, 4):
+        kept = plan_memory(on_gpu, shape, Hardware(gpus=gpus))
+        off = plan_memory(offloaded, shape, Hardware(gpus=gpus))
+        assert all(off.gib(name) == 0.0 for name in moved)
+        assert off.host_gib == pytest.approx(sum(kept.gib(name) for name in moved))
+        assert kept.host_gib == 0.0
+        # generation holds the resident state (the gradients are freed by then): all of it left
+        left = kept.allocated["generation"] - off.allocated["generation"]
+        assert left == pytest.approx(off.host_gib - kept.gib("gradients (fp32)"))
+        assert off.allocated["update"] < kept.allocated["update"]
+    # one GPU: offload runs through FSDP2, which gathers a unit at a time, not the whole model
+    units = shape.root_params + 2 * shape.layer_params
+    one = plan_memory(offloaded, shape, Hardware(gpus=1))
+    assert one.gib("compute copy (update)") == pytest.approx(2 * units / 2**30)
+
+
+def test_the_repo_recipe_offloads_and_fits_upstreams_vllm_share():
+    cfg = load_config(GRPOConfig, CONFIGS / "spreadsheet-rl-4b-repo.yaml", [])
+    assert cfg.model.cpu_offload and cfg.rollout.vllm_gpu_memory_utilization == 0.85
+    plan = plan_memory(cfg, model_shape(preset_config("4b-shape")), Hardware(gpus=4))
+    assert plan.fits, plan.problems
+    kept = load_config(
+        GRPOConfig, CONFIGS / "spreadsheet-rl-4b-repo.yaml", ["model.cpu_offload=false"]
+    )
+    assert not plan_memory(kept, model_shape(preset_config("4b-shape")), Hardware(gpus=4)).fits
+
+
+def test_cpu_offload_needs_the_fsdp2_path():
+    from torch import nn
+
+    from spreadrl.errors import ConfigError
+    from spreadrl.train.distributed import DistInfo, shard_model
+
+    with pytest.raises(ConfigError, match="torchrun"):
+        shard_model(nn.Linear(2, 2), DistInfo(), cpu_offload=True)
+    model = nn.Linear(2, 2)
+    assert shard_model(model, DistInfo()) is model  # without offload one process is fine

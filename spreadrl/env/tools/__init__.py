@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from spreadrl.env.tools import compute, edit, read, srl, structure
+from spreadrl.env.tools import compute, copy, edit, read, srl, structure
 from spreadrl.env.tools.base import (
     Tool,
     ToolArguments,
@@ -25,7 +25,7 @@ from spreadrl.errors import SpreadrlError
 
 
 def _registry() -> dict[str, Tool]:
-    ordered = [*read.TOOLS, *structure.TOOLS, *edit.TOOLS, *compute.TOOLS]
+    ordered = [*read.TOOLS, *structure.TOOLS, *edit.TOOLS, *copy.TOOLS, *compute.TOOLS]
     order = [
         "inspect_range",
         "list_sheets",
@@ -39,24 +39,26 @@ def _registry() -> dict[str, Tool]:
         "delete_columns",
         "recalculate_and_read",
         "code_interpreter",
+        "copy_range",
     ]
     by_name = {t.name: t for t in ordered}
     return {name: by_name[name] for name in order}
 
 
-def _srl_registry() -> dict[str, Tool]:
-    return {t.name: t for t in srl.tools()}
-
-
 TOOLS: dict[str, Tool] = _registry()
-# Spreadsheet-RL's contracts over the same behaviour (spreadrl/env/tools/srl.py): the same
-# names, so a preset, never mixed with spreadrl's tools in one list
-SRL_TOOLS: dict[str, Tool] = _srl_registry()
-SRL_PRESET = "spreadsheet-rl"
+# Spreadsheet-RL's contracts over the same behaviour (spreadrl/env/tools/srl/): the same
+# names, so presets, never mixed with spreadrl's tools in one list
+SRL_TOOLS: dict[str, Tool] = {t.name: t for t in srl.tools()}
+SRL_PRESET = "spreadsheet-rl"  # the released checkpoint's twelve tools
+SRL_2606_TOOLS: dict[str, Tool] = {t.name: t for t in srl.tools_2606()}
+SRL_2606_PRESET = "spreadsheet-rl-2606"  # upstream's June 2026 scaffold, with copy_range
+WHOLE_SETS: dict[str, dict[str, Tool]] = {SRL_PRESET: SRL_TOOLS, SRL_2606_PRESET: SRL_2606_TOOLS}
 PRESETS: dict[str, tuple[str, ...]] = {
     "minimal": ("recalculate_and_read", "code_interpreter"),
-    "full": tuple(TOOLS),
+    # the set the demo and recipes were calibrated with; copy_range is asked for by name
+    "full": tuple(name for name in TOOLS if name != "copy_range"),
     SRL_PRESET: tuple(SRL_TOOLS),
+    SRL_2606_PRESET: tuple(SRL_2606_TOOLS),
 }
 
 
@@ -66,13 +68,14 @@ def resolve_tools(spec: str | Sequence[str]) -> list[Tool]:
     Raises SpreadrlError listing the valid names when one is unknown.
     """
     names = [s.strip() for s in spec.split(",")] if isinstance(spec, str) else list(spec)
-    if SRL_PRESET in names:
-        if any(n and n != SRL_PRESET for n in names):
-            raise SpreadrlError(
-                f"env tools: the {SRL_PRESET} preset is a whole tool set (its tools share "
-                "names with spreadrl's); use it alone"
-            )
-        return list(SRL_TOOLS.values())
+    for preset, tools in WHOLE_SETS.items():
+        if preset in names:
+            if any(n and n != preset for n in names):
+                raise SpreadrlError(
+                    f"env tools: the {preset} preset is a whole tool set (its tools share "
+                    "names with spreadrl's); use it alone"
+                )
+            return list(tools.values())
     chosen: list[str] = []
     for name in names:
         if not isinstance(name, str) or not name:
@@ -96,6 +99,8 @@ def tool_schemas(spec: str | Sequence[str] = "full") -> list[dict[str, Any]]:
 
 __all__ = [
     "PRESETS",
+    "SRL_2606_PRESET",
+    "SRL_2606_TOOLS",
     "SRL_PRESET",
     "SRL_TOOLS",
     "TOOLS",

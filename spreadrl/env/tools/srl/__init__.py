@@ -21,24 +21,34 @@ are this project's words), :mod:`.arguments` (the models built from them),
 path, sheets and ranges), and the adapters by concern: :mod:`.read`,
 :mod:`.edit`, :mod:`.structure`, :mod:`.compute`. :mod:`.descriptions` takes
 upstream's own wording from a copy of its yaml that a user holds.
+
+:func:`tools_2606` is the ``spreadsheet-rl-2606`` preset: upstream's June 2026
+scaffold over the same adapters, plus :mod:`.copy` (copy_range), sheet names
+resolved as that scaffold resolves them (:mod:`.sheets`), a fill_formula that
+normalizes and checks its template first (:mod:`.formulas`), and a find_cells
+that says which sheets it searched. docs/tools.md lists what differs from
+upstream.
 """
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable
 
 from spreadrl.env.tools.base import Tool, ToolContext
-from spreadrl.env.tools.srl import compute, edit, read, structure
+from spreadrl.env.tools.srl import compute, copy, edit, read, structure
 from spreadrl.env.tools.srl.address import check_path
 from spreadrl.env.tools.srl.arguments import SrlArgs, args_model
 from spreadrl.env.tools.srl.descriptions import with_upstream_descriptions
+from spreadrl.env.tools.srl.formulas import check_syntax, normalized
 from spreadrl.env.tools.srl.replies import (
     INSPECT_RESPONSE_CHARS,
     MAX_RESPONSE_CHARS,
     WORKBOOK,
     reply_error,
 )
-from spreadrl.env.tools.srl.specs import PARALLEL_SAFE, SCHEMAS
+from spreadrl.env.tools.srl.sheets import resolved
+from spreadrl.env.tools.srl.specs import COPY_RANGE_SCHEMA, PARALLEL_SAFE, SCHEMAS
 
 Adapter = Callable[[ToolContext, SrlArgs], str]
 
@@ -84,6 +94,76 @@ def tools() -> list[Tool]:
     ]
 
 
+# ---- the June 2026 scaffold ------------------------------------------------------------------
+def _fill_2606(ctx: ToolContext, args: SrlArgs) -> str:
+    template = args.formula_template
+    if isinstance(template, str) and template.strip():
+        template = normalized(template)
+        check_syntax(template)
+        args = args.model_copy(update={"formula_template": template})
+    return edit.fill_formula(ctx, args)
+
+
+def _find_2606(ctx: ToolContext, args: SrlArgs) -> str:
+    """find_cells, saying which sheets it searched (``sheet_scope``, ``searched_sheets``)."""
+    reply = read.find_cells(ctx, args)
+    payload = json.loads(reply)
+    if "matches_csv" not in payload:  # cut to its minimum: keep it as it is
+        return reply
+    if args.range and "!" in args.range:
+        searched = [ctx.book.parse_range(args.range).sheet]
+    elif args.sheet_name:
+        searched = [ctx.book.sheet_name(args.sheet_name)]
+    else:
+        searched = list(ctx.book.wb.sheetnames)
+    scope = "all" if not args.sheet_name and not (args.range and "!" in args.range) else searched[0]
+    extra = {"sheet_scope": scope, "searched_sheets": searched}
+    wider = json.dumps({**payload, **extra}, ensure_ascii=False, separators=(",", ":"))
+    return wider if len(wider) <= MAX_RESPONSE_CHARS else reply
+
+
+RUN_2606: dict[str, Adapter] = {
+    **RUN,
+    "find_cells": _find_2606,
+    "fill_formula": _fill_2606,
+    "copy_range": copy.copy_range,
+}
+
+
+def _resolving(name: str, run: Adapter) -> Adapter:
+    def call(ctx: ToolContext, args: SrlArgs) -> str:
+        return run(ctx, resolved(ctx, name, args))
+
+    call.__name__ = name
+    return call
+
+
+def schemas_2606() -> dict[str, dict[str, object]]:
+    """The 2606 preset's schemas: the twelve above, with copy_range after write_range."""
+    out: dict[str, dict[str, object]] = {}
+    for name, schema in SCHEMAS.items():
+        out[name] = schema
+        if name == "write_range":
+            out["copy_range"] = COPY_RANGE_SCHEMA
+    return out
+
+
+def tools_2606() -> list[Tool]:
+    """The ``spreadsheet-rl-2606`` preset: upstream's June 2026 scaffold over the gym's behaviour."""
+    return [
+        Tool(
+            name,
+            schema["function"]["description"],
+            args_model(name, schema),
+            _with_path(name, _resolving(name, RUN_2606[name])),
+            parallel_safe=name in PARALLEL_SAFE,
+            fixed_schema=schema,
+            on_error=None if name == "code_interpreter" else reply_error,
+        )
+        for name, schema in schemas_2606().items()
+    ]
+
+
 __all__ = [
     "INSPECT_RESPONSE_CHARS",
     "MAX_RESPONSE_CHARS",
@@ -91,5 +171,6 @@ __all__ = [
     "SCHEMAS",
     "WORKBOOK",
     "tools",
+    "tools_2606",
     "with_upstream_descriptions",
 ]

@@ -26,9 +26,12 @@ def _python_type(prop: dict[str, Any]) -> object:
     return {"string": str, "integer": int, "boolean": bool, "number": float}.get(kind, Any)
 
 
-def args_model(name: str) -> type[BaseModel]:
-    """The pydantic model that validates ``name``'s arguments, built from its schema (one source)."""
-    params = SCHEMAS[name]["function"]["parameters"]
+def args_model(name: str, schema: dict[str, Any] | None = None) -> type[BaseModel]:
+    """The pydantic model that validates a tool's arguments, built from its schema (one source).
+
+    ``schema`` defaults to the spreadsheet-rl preset's schema of ``name``.
+    """
+    params = (schema or SCHEMAS[name])["function"]["parameters"]
     fields: dict[str, Any] = {}
     for prop, spec in params["properties"].items():
         kind = _python_type(spec)

@@ -312,8 +312,11 @@ _SPECS: list[tuple[str, str, dict[str, dict[str, Any]], list[str]]] = [
     ),
 ]
 
-SCHEMAS: dict[str, dict[str, Any]] = {
-    name: {
+
+def _schema(
+    name: str, description: str, props: dict[str, dict[str, Any]], required: list[str]
+) -> dict[str, Any]:
+    return {
         "type": "function",
         "function": {
             "name": name,
@@ -321,8 +324,41 @@ SCHEMAS: dict[str, dict[str, Any]] = {
             "parameters": {"type": "object", "properties": props, "required": required},
         },
     }
-    for name, description, props, required in _SPECS
-}
+
+
+SCHEMAS: dict[str, dict[str, Any]] = {spec[0]: _schema(*spec) for spec in _SPECS}
 STRICT = frozenset({"format_range"})  # upstream refuses unknown parameters only here
 
 PARALLEL_SAFE = frozenset({"inspect_range", "list_sheets", "find_cells"})  # upstream's yaml
+
+# ---- the June 2026 scaffold's copy_range (upstream's yaml at commit 5335ee0b) ------------------
+COPY_RANGE_SCHEMA = _schema(
+    "copy_range",
+    "Copy one rectangle of cells with its values or formulas, styles, comments and links; "
+    "relative references move with the copy. The destination is a top-left cell, a range of the "
+    "same shape, or any range when the source is one cell. Nothing is recalculated.",
+    {
+        "path": _PATH,
+        "sheet_name": _sheet(
+            "Sheet of both ranges when they name none (source_sheet_name and "
+            "destination_sheet_name override it)."
+        ),
+        "source_sheet_name": _sheet(
+            "Sheet of the source; a sheet named in source_range must match."
+        ),
+        "destination_sheet_name": _sheet(
+            "Sheet of the destination; a sheet named in destination_range must match. "
+            "Default: the source's sheet."
+        ),
+        "source_range": {
+            "type": "string",
+            "description": "One finite A1 rectangle, e.g. A1:C3 or Sheet1!B2:D10.",
+        },
+        "destination_range": {
+            "type": "string",
+            "description": "Top-left cell, a same-shaped range, or a larger range for a one-cell "
+            "source, e.g. E1 or Sheet2!E1:G3.",
+        },
+    },
+    ["source_range", "destination_range"],
+)

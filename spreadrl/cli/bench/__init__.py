@@ -1,10 +1,11 @@
 """`spreadrl bench`: throughput benchmarks (figures go to docs/benchmarks.md, never into tests).
 
-Each benchmark is a typer command defined in its own module of
-:mod:`spreadrl.bench`, and those modules load torch, transformers, the gym or
-TRL at import. The group imports a benchmark's module only when that command
-is looked up (run, or its ``--help`` shown), so ``spreadrl --help`` and every
-other command start without them (tests/cli/test_startup.py).
+Each benchmark is a thin typer command in its own module here, over the library
+functions of :mod:`spreadrl.bench` (which know no typer and print nothing); both
+load torch, transformers, the gym or TRL at import. The group imports a
+command's module only when that command is looked up (run, or its ``--help``
+shown), so ``spreadrl --help`` and every other command start without them
+(tests/cli/test_startup.py).
 """
 
 from __future__ import annotations
@@ -18,14 +19,14 @@ from spreadrl.cli.console import PlainHelpCommand, PlainHelpGroup
 
 # command name -> (module, function): the typer command of each benchmark
 COMMANDS: dict[str, tuple[str, str]] = {
-    "check": ("spreadrl.bench.check", "bench_check"),
-    "env": ("spreadrl.bench.env", "bench_env"),
-    "gpu": ("spreadrl.bench.gpu", "bench_gpu"),
-    "recalc-fidelity": ("spreadrl.bench.recalc_fidelity", "bench_recalc_fidelity"),
-    "rollout": ("spreadrl.bench.rollout", "bench_rollout"),
-    "train": ("spreadrl.bench.train", "bench_train"),
-    "logprobs": ("spreadrl.bench.train", "bench_logprobs"),
-    "trl": ("spreadrl.bench.trl", "bench_trl"),
+    "check": ("spreadrl.cli.bench.check", "bench_check"),
+    "env": ("spreadrl.cli.bench.env", "bench_env"),
+    "gpu": ("spreadrl.cli.bench.gpu", "bench_gpu"),
+    "recalc-fidelity": ("spreadrl.cli.bench.recalc_fidelity", "bench_recalc_fidelity"),
+    "rollout": ("spreadrl.cli.bench.rollout", "bench_rollout"),
+    "train": ("spreadrl.cli.bench.train", "bench_train"),
+    "logprobs": ("spreadrl.cli.bench.train", "bench_logprobs"),
+    "trl": ("spreadrl.cli.bench.trl", "bench_trl"),
 }
 
 

@@ -1,0 +1,86 @@
+"""`spreadrl bench rollout`: the hf backend's generation throughput."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import typer
+from rich.console import Console
+from rich.table import Table
+
+from spreadrl.bench.rollout import against_generate, episode_rates
+from spreadrl.errors import ConfigError
+
+VARIANTS = ("default", "static")
+
+
+def bench_rollout(
+    model: str = typer.Option(
+        None, help="Model folder (default: a random Qwen3 of --model-preset)."
+    ),
+    tasks: str = typer.Option("builtin:demo-test", help="Task set (episode mode)."),
+    episodes: int = typer.Option(32, help="Episodes per measurement (episode mode)."),
+    max_new_tokens: int = typer.Option(64, help="Max new tokens per turn / per row."),
+    max_turns: int = typer.Option(2, help="Turns per episode (episode mode)."),
+    device: str = typer.Option("cpu"),
+    preset: str = typer.Option("write_range", help="Tool preset or list (episode mode)."),
+    against: str = typer.Option(
+        None, help="'generate': spreadrl's hf rollout beside transformers' generate instead."
+    ),
+    model_preset: str = typer.Option(
+        "tiny", help="Random model's preset: tiny | small | 4b-shape."
+    ),
+    batch: int = typer.Option(16, help="Rows per call (--against)."),
+    group: int = typer.Option(4, help="Rows per distinct prompt, as a GRPO group (--against)."),
+    prompt_tokens: int = typer.Option(256, help="Prompt length (--against)."),
+    repeats: int = typer.Option(3, help="Timed calls of each, alternated (--against)."),
+    variant: list[str] = typer.Option(
+        None, help="spreadrl settings to measure (--against): default, static (repeatable)."
+    ),
+    out: Path = typer.Option(None, help="Also write the result as JSON here (--against)."),
+) -> None:
+    """Generation tokens/s of the hf backend: batched vs one at a time over real episodes,
+    or (--against generate) beside transformers' own generate on the same inputs.
+
+    Examples:
+
+      spreadrl bench rollout --against generate --model-preset small --batch 16
+
+      spreadrl bench rollout --against generate --device cuda --model-preset 4b-shape \\
+        --variant default --variant static --prompt-tokens 2048 --max-new-tokens 256
+    """
+    console = Console()
+    if against is None:
+        rows, rates = episode_rates(
+            model, tasks, episodes, max_new_tokens, max_turns, device, preset
+        )
+        table = Table(
+            "mode", "episodes/s", "generated tok/s", "generate s", "tools s", "tools share"
+        )
+        for row in rows:
+            table.add_row(*row)
+        console.print(table)
+        ratio = rates["batched"] / max(rates["one at a time"], 1e-9)
+        console.print(
+            f"batched / one-at-a-time generation throughput: {ratio:.1f}x "
+            f"({episodes} episodes, model {model or 'tiny random'}, device {device})"
+        )
+        return
+    if against != "generate":
+        raise ConfigError(f"--against {against!r}: the one comparison is 'generate'")
+    chosen = tuple(variant or ("default",))
+    bad = sorted(set(chosen) - set(VARIANTS))
+    if bad:
+        raise ConfigError(f"--variant {bad[0]!r}: choose from {', '.join(VARIANTS)}")
+    result = against_generate(
+        model, model_preset, batch, group, prompt_tokens, max_new_tokens, repeats, device, chosen
+    )
+    table = Table("run", "tok/s (median)", "s per call", "x generate")
+    for name, run in result["runs"].items():
+        seconds = ", ".join(f"{s:.2f}" for s in run["seconds"])
+        table.add_row(name, f"{run['tok_s']:.0f}", seconds, f"{run['vs_generate']:.2f}x")
+    console.print(table)
+    console.print(", ".join(f"{k} {v}" for k, v in result["shape"].items()), markup=False)
+    if out is not None:
+        out.write_text(json.dumps(result, indent=1))
