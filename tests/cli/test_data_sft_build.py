@@ -96,7 +96,7 @@ def test_rows_over_the_models_context_are_dropped_and_counted(tiny_model_dir, tm
     kept = len(out.read_text().splitlines())
     assert kept
     short = _short_context_model(tiny_model_dir, tmp_path, 64)
-    refused = runner.invoke(app, [*argv, str(short)], terminal_width=200)
+    refused = runner.invoke(app, [*argv, str(short), "--overwrite"], terminal_width=200)
     assert isinstance(refused.exception, SpreadrlError)
     assert f"every one of the {kept} conversations is longer than" in str(refused.exception)
     assert "64-token context" in str(refused.exception)
