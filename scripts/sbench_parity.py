@@ -70,7 +70,7 @@ def _our_verdicts(pairs):
     results = sbench_check(
         [p.output for p in pairs], [p.answer for p in pairs], [p.answer_position for p in pairs]
     )
-    return raw, [not mismatches for mismatches, _, _ in results]
+    return raw, [not mismatches for mismatches, *_ in results]
 
 
 def _agree(name: str, theirs: list[bool], ours: list[bool]) -> bool:

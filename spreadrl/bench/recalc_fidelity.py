@@ -28,6 +28,7 @@ from typing import Any
 import openpyxl
 from openpyxl.worksheet.formula import ArrayFormula
 
+from spreadrl.archive_gate import WorkbookRefused, check_archive
 from spreadrl.env import recalc
 from spreadrl.env.checker import column_name, values_match
 from spreadrl.env.recalc import libreoffice
@@ -48,9 +49,10 @@ def formula_functions(formula: str) -> list[str]:
 def excel_saved(path: Path) -> bool:
     """True when ``docProps/app.xml`` says Microsoft Excel wrote the file."""
     try:
+        check_archive(path)
         with zipfile.ZipFile(path) as archive:
             app = archive.read("docProps/app.xml").decode("utf-8", "replace")
-    except (OSError, KeyError, zipfile.BadZipFile):
+    except (OSError, KeyError, zipfile.BadZipFile, WorkbookRefused):
         return False
     match = re.search(r"<(?:\w+:)?Application>([^<]*)<", app)
     return bool(match and match.group(1).strip().startswith("Microsoft"))
@@ -132,6 +134,7 @@ def formula_cells(path: Path) -> dict[tuple[str, int, int], str]:
     anchor cell, written ``{=...}``.
     """
 
+    check_archive(path)
     book = openpyxl.load_workbook(path, data_only=False)
     cells: dict[tuple[str, int, int], str] = {}
     for ws in book.worksheets:
@@ -150,6 +153,7 @@ def strip_cached(src: Path, dst: Path) -> None:
     """Re-save ``src`` with openpyxl: formulas kept, cached values dropped (an agent's output)."""
 
     keep_vba = src.suffix.lower() == ".xlsm"
+    check_archive(src)
     book = openpyxl.load_workbook(src, keep_vba=keep_vba)
     book.save(dst)
 

@@ -116,6 +116,8 @@ def _check_one(
         raise SpreadrlError(f"--output {output}: file not found")
     task = _load_one_task(tasks_dir, task_arg)
     result = check_workbook(output, task.case(case).answer_path, task.answer_position, **options)
+    if result.refused:  # the archive gate's reason, as one error line
+        raise SpreadrlError(result.refused)
     verdict = "[green]PASS[/]" if result.passed else "[red]FAIL[/]"
     console.print(
         f"{verdict} task {plain(task.id)} case {case}: {result.checked_cells} cells checked "
@@ -148,6 +150,14 @@ def _check_set(
         raise SpreadrlError(f"{tasks_dir}: no tasks to score")
     scores = [score_task(task, outputs, **options) for task in task_set]
     scoring = options["scoring"]
+    cases = sum(len(s.results) for s in scores)
+    if cases and sum(len(s.missing) for s in scores) >= cases:
+        first = task_set.tasks[0]
+        raise SpreadrlError(
+            f"--outputs {outputs}: no output workbook matches a task of {tasks_dir} "
+            f"(expected names like 1_{first.id}_output.xlsx); is it the outputs folder "
+            "of an eval of these tasks?"
+        )
     table = Table("task", "cases passed", "soft", "hard", "missing outputs")
     for s in scores:
         passed = sum(r.passed for r in s.results.values())

@@ -15,6 +15,7 @@ from typing import Any
 from rich.console import Group
 from rich.table import Table
 
+from spreadrl.archive_gate import check_archive
 from spreadrl.cells import AnswerPositionError, parse_answer_position
 from spreadrl.data.task import Task, TaskSet
 
@@ -44,6 +45,7 @@ def _input_cells(task: Task) -> int:
 
     total = 0
     for case in task.cases:
+        check_archive(case.input_path)
         book = load_workbook(case.input_path, read_only=True, data_only=False)
         try:
             for sheet in book.worksheets:

@@ -26,6 +26,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from spreadrl.archive_gate import WorkbookRefused, check_archive
 from spreadrl.cells import AnswerPositionError, parse_answer_position
 from spreadrl.data.jsontypes import JSONValue
 from spreadrl.errors import TaskFormatError
@@ -283,6 +284,7 @@ def empty_positions(answer_path: Path, answer_position: str) -> list[str]:
     An unreadable workbook is left to the other checks (returns []).
     """
     try:
+        check_archive(answer_path)
         with zipfile.ZipFile(answer_path) as archive:
             parts = _sheet_parts(archive)
             empty = []
@@ -300,7 +302,7 @@ def empty_positions(answer_path: Path, answer_position: str) -> list[str]:
                     if not _CELL_TAG.search(data):
                         empty.append(f"{label} (sheet {found[0]!r} has no cells)")
             return empty
-    except (OSError, KeyError, zipfile.BadZipFile):
+    except (OSError, KeyError, zipfile.BadZipFile, WorkbookRefused):
         return []
 
 

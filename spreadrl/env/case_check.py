@@ -23,6 +23,7 @@ from typing import Any
 import openpyxl
 from openpyxl.utils.cell import range_boundaries
 
+from spreadrl.archive_gate import check_archive
 from spreadrl.env.checker import check_workbook
 from spreadrl.env.refshift import delete_and_shift
 
@@ -38,6 +39,7 @@ def _split_range(text: str, default: str) -> tuple[str, str]:
 
 def apply_calls(input_path: Path, calls: list[dict[str, Any]], output_path: Path) -> None:
     """Apply reference-solution calls to a copy of ``input_path`` with openpyxl."""
+    check_archive(input_path)
     wb = openpyxl.load_workbook(input_path)
     for call in calls:
         name, args = call["name"], call.get("arguments", {})

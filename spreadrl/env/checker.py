@@ -13,6 +13,8 @@ import datetime as dt
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from spreadrl.archive_gate import WorkbookRefused
+
 # answer_position parsing and A1 ranges are part of the task format: they live in
 # the low layer (spreadrl.cells) and are re-exported here for existing callers
 from spreadrl.cells import (  # noqa: F401
@@ -87,6 +89,8 @@ class CheckResult:
     # "Sheet!A1" -> what produced the output's value: "cached" (stored in the file),
     # or the engine that computed it ("ironcalc", "libreoffice").
     cell_engines: dict[str, str] = field(default_factory=dict)
+    # why the archive gate refused the output ("" when it was read): scored as a failure
+    refused: str = ""
 
 
 def _fail(reason: str, sheet: str = "", cell: str = "") -> CheckResult:
@@ -134,6 +138,8 @@ def _check_hybrid(
         return _fail(f"output file {output_path} does not exist")
     try:
         output = load_values(output_path, engine=engine)
+    except WorkbookRefused as exc:
+        return CheckResult(False, [Mismatch("", "", None, None, str(exc))], [], refused=str(exc))
     except WorkbookError as exc:
         return _fail(f"output unreadable: {exc}")
 
@@ -210,8 +216,8 @@ def check_many(
         [t[0] for t in triples], [t[1] for t in triples], [t[2] for t in triples]
     )
     return [
-        CheckResult(not mismatches, mismatches, notes, checked, {})
-        for mismatches, checked, notes in verdicts
+        CheckResult(not mismatches, mismatches, notes, checked, {}, refused=refused)
+        for mismatches, checked, notes, refused in verdicts
     ]
 
 

@@ -15,7 +15,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal
 
+from spreadrl.archive_gate import ArchiveLimits
 from spreadrl.config import Section, option
+from spreadrl.env.limits import WATCHDOG_GRACE_S, WorkerLimits
 from spreadrl.env.recalc import ENGINES
 from spreadrl.env.recalc.locale import LOCALES, check_locale_name
 from spreadrl.errors import ConfigError
@@ -43,8 +45,15 @@ def check_engine_name(name: str, where: str) -> None:
 class EnvConfig(Section):
     """Settings of the environment (defaults follow the public gym)."""
 
-    kind: Literal["spreadsheet", "code"] = option(
-        "spreadsheet", "Which environment: the gym or math/code."
+    kind: Literal["spreadsheet", "code", "openenv"] = option(
+        "spreadsheet",
+        "Which environment: the gym, math/code, or an OpenEnv server at env.url "
+        "(docs/environments.md).",
+    )
+    url: str | None = option(
+        None,
+        "env.kind openenv: the OpenEnv server (http://host:port), e.g. `spreadrl env serve`; "
+        "its tools, observations and reward replace the gym's.",
     )
     tools: str | list[str] = option(
         "full",
@@ -103,10 +112,50 @@ class EnvConfig(Section):
     )
     code_wall_time_s: float = option(120.0, "Wall-clock limit of one code_interpreter call.")
     code_memory_mb: int = option(1024, "Address-space limit of one code_interpreter call.")
+    # the archive gate (spreadrl.archive_gate): Spreadsheet-RL's own tools check the same four
+    max_workbook_mb: float = option(
+        512.0, "A workbook whose members hold more than this many MiB uncompressed is refused."
+    )
+    max_workbook_member_mb: float = option(
+        128.0, "A workbook with a member over this many MiB uncompressed is refused."
+    )
+    max_workbook_members: int = option(
+        50_000, "A workbook archive of more members than this is refused."
+    )
+    max_workbook_ratio: float = option(
+        200.0, "A workbook member (over 1 MiB) or archive compressed beyond this ratio is refused."
+    )
+    # limits of each environment worker process (spreadrl.env.limits; not with workers: 0)
+    worker_memory_mb: int = option(
+        4096, "Address-space limit of each environment worker process, in MiB (0: none)."
+    )
+    worker_cpu_s: int = option(
+        300,
+        "CPU seconds one tool call or grading may use in a worker; over it the episode ends "
+        "scored 0 (env_limit). 0: no limit.",
+    )
     keep_outputs_dir: str | None = option(
         None, "When set, finish copies the output workbook here as {n}_{id}_output.xlsx."
     )
     keep_workdir: bool = option(False, "Keep the episode folder after finish/close (debugging).")
+
+    def archive_limits(self) -> ArchiveLimits:
+        """The archive gate's limits as this section sets them."""
+        return ArchiveLimits(
+            max_total_mb=self.max_workbook_mb,
+            max_member_mb=self.max_workbook_member_mb,
+            max_members=self.max_workbook_members,
+            max_ratio=self.max_workbook_ratio,
+        )
+
+    def worker_limits(self) -> WorkerLimits:
+        """The environment workers' limits as this section sets them."""
+        grace = self.code_wall_time_s + WATCHDOG_GRACE_S  # the watchdog waits out the sandbox
+        return WorkerLimits(
+            memory_mb=self.worker_memory_mb,
+            cpu_s=self.worker_cpu_s,
+            wall_s=self.worker_cpu_s + grace if self.worker_cpu_s else 0.0,
+        )
 
     def validate(self) -> None:
         # one spelling per meaning: a one-preset list or "a,b" text become the preset / a list
@@ -137,6 +186,20 @@ class EnvConfig(Section):
             raise ConfigError(
                 f"env.scoring is {self.scoring!r}; use one of hybrid, spreadsheetbench"
             )
+        self._check_openenv()
+        for name in (
+            "max_workbook_mb",
+            "max_workbook_member_mb",
+            "max_workbook_members",
+            "max_workbook_ratio",
+        ):
+            if getattr(self, name) <= 0:
+                raise ConfigError(f"env.{name} must be positive, got {getattr(self, name)}")
+        for name in ("worker_memory_mb", "worker_cpu_s"):
+            if getattr(self, name) < 0:
+                raise ConfigError(
+                    f"env.{name} must be 0 (no limit) or more, got {getattr(self, name)}"
+                )
         for name in ("max_tool_calls", "max_observation_chars", "page_cells", "max_write_cells"):
             if getattr(self, name) < 1:
                 raise ConfigError(f"env.{name} must be at least 1, got {getattr(self, name)}")
@@ -151,3 +214,14 @@ class EnvConfig(Section):
                 f"env.max_observation_chars must be at least {CODE_MIN_OBSERVATION_CHARS} "
                 f"with env.kind=code, got {self.max_observation_chars}"
             )
+
+    def _check_openenv(self) -> None:
+        """env.url goes with env.kind openenv, and is an http(s) or ws(s) address."""
+        if self.kind == "openenv":
+            if not self.url or not self.url.startswith(("http://", "https://", "ws://", "wss://")):
+                raise ConfigError(
+                    "env.kind openenv needs env.url, the OpenEnv server's address "
+                    f"(http://host:port), got {self.url!r}"
+                )
+        elif self.url:
+            raise ConfigError(f"env.url applies to env.kind openenv only; env.kind is {self.kind}")

@@ -20,13 +20,23 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from spreadrl import archive_gate
+from spreadrl.archive_gate import WorkbookRefused
 from spreadrl.data.task import Task
 from spreadrl.env import checker
 from spreadrl.env.cell_changes import CellChangeTracker
 from spreadrl.env.config import EnvConfig
+from spreadrl.env.limits import EnvLimitExceeded
 from spreadrl.env.tools import ToolContext, ToolError, resolve_tools
 from spreadrl.env.tools.srl import with_upstream_descriptions
-from spreadrl.env.types import EndReason, EpisodeResult, Observation, StepResult, ToolCall
+from spreadrl.env.types import (
+    EndReason,
+    EpisodeResult,
+    Mismatch,
+    Observation,
+    StepResult,
+    ToolCall,
+)
 from spreadrl.env.workbook import WorkingCopy, column_letter, render_value, truncate
 from spreadrl.errors import SpreadrlError
 
@@ -38,6 +48,7 @@ class SpreadsheetEnv:
 
     def __init__(self, config: EnvConfig | None = None, workdir_root: Path | None = None) -> None:
         self.config = config or EnvConfig()
+        archive_gate.configure(self.config.archive_limits())
         self.tools = {t.name: t for t in resolve_tools(self.config.tools)}
         self.schemas = [t.schema() for t in self.tools.values()]
         if self.config.tool_descriptions:  # upstream's wording, from the user's copy of it
@@ -54,6 +65,7 @@ class SpreadsheetEnv:
         self.tool_calls = 0
         self.tool_errors = 0
         self.stop_reason: EndReason | None = None
+        self.ended_because = ""  # why the environment ended the episode (scored 0)
         self.started = time.monotonic()
         self.tool_time: dict[str, list[float]] = {}
         self.cell_changes = CellChangeTracker()  # what each call changed, for run viewers
@@ -121,6 +133,12 @@ class SpreadsheetEnv:
             self._time(call.name, start)
             reply = getattr(exc, "observation", None)  # a preset's own error reply (JSON)
             return self._error(str(exc), truncated, tool=call.name, reply=reply)
+        except WorkbookRefused as exc:
+            self._time(call.name, start)
+            return self._end(EndReason.WORKBOOK_REFUSED, str(exc), call.name)
+        except (MemoryError, EnvLimitExceeded) as exc:  # the worker's limits (env.limits)
+            self._time(call.name, start)
+            return self._end(EndReason.ENV_LIMIT, _limit_message(exc), call.name)
         elapsed = self._time(call.name, start)
         return StepResult(
             observation=truncate(text, cfg.max_observation_chars),
@@ -149,6 +167,13 @@ class SpreadsheetEnv:
         text = truncate(reply or f"Error: {message}", self.config.max_observation_chars)
         return StepResult(observation=text, ok=False, truncated=truncated, info={"tool": tool})
 
+    def _end(self, reason: EndReason, message: str, tool: str) -> StepResult:
+        """End the episode from inside a step (a refused workbook): scored 0 at finish."""
+        self.stop_reason, self.ended_because = reason, message
+        result = self._error(message, tool=tool)
+        info = {**result.info, "end_reason": str(reason)}
+        return StepResult(result.observation, ok=False, terminated=True, info=info)
+
     def finish(
         self, final_answer: str | None = None, output_path: str | Path | None = None
     ) -> EpisodeResult:
@@ -157,19 +182,28 @@ class SpreadsheetEnv:
             raise SpreadrlError("finish() before reset(): nothing to score")
         path = self.ctx.book.save()
         task_case = self.task.case(self.case)
-        # through the module, so a test can watch the reward's one call
-        check = checker.check_workbook(
-            path,
-            task_case.answer_path,
-            self.task.answer_position,
-            engine=self.config.engine,
-            scoring=self.config.scoring,
-            locale=self.config.locale,
-        )
+        if not self.ended_because:
+            try:  # through the module, so a test can watch the reward's one call
+                check = checker.check_workbook(
+                    path,
+                    task_case.answer_path,
+                    self.task.answer_position,
+                    engine=self.config.engine,
+                    scoring=self.config.scoring,
+                    locale=self.config.locale,
+                )
+            except (MemoryError, EnvLimitExceeded) as exc:  # a grading over the worker's limits
+                self.stop_reason, self.ended_because = EndReason.ENV_LIMIT, _limit_message(exc)
+        if self.ended_because:  # refused, or over a limit: scored 0 with the reason
+            check = checker.CheckResult(
+                False, [Mismatch("", "", None, None, self.ended_because)], [self.ended_because]
+            )
         kept = self._keep_output(path, output_path)
         reason = self.stop_reason or (
             EndReason.ANSWERED if final_answer is not None else EndReason.NO_ANSWER
         )
+        if check.refused:
+            reason = EndReason.WORKBOOK_REFUSED
         result = EpisodeResult(
             reward=1.0 if check.passed else 0.0,
             passed=check.passed,
@@ -249,6 +283,12 @@ class SpreadsheetEnv:
         if len(names) > cfg.overview_max_sheets:
             lines.append(f"[{len(names) - cfg.overview_max_sheets} more sheets: use list_sheets]")
         return truncate("\n".join(lines), cfg.max_observation_chars)
+
+
+def _limit_message(exc: BaseException) -> str:
+    if isinstance(exc, MemoryError):
+        return "the call ran out of memory (the worker's limit is env.worker_memory_mb)"
+    return str(exc)
 
 
 def replay(

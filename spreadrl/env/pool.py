@@ -27,6 +27,7 @@ from multiprocessing.connection import Connection, wait
 from typing import Any
 
 from spreadrl.data.task import Task
+from spreadrl.env.limits import WorkerLimits
 from spreadrl.env.types import Env, EpisodeResult, Observation, StepResult, ToolCall
 from spreadrl.errors import SpreadrlError
 
@@ -41,7 +42,9 @@ class PoolClosed(SpreadrlError):
     """A request was made to a pool that has been closed."""
 
 
-def _worker_main(env_factory: Callable[[], Any], conn: Connection) -> None:
+def _worker_main(
+    env_factory: Callable[[], Any], conn: Connection, limits: WorkerLimits | None = None
+) -> None:
     """Worker loop: one request at a time, envs keyed by episode id.
 
     The worker leaves the trainer's process group and ignores SIGINT and SIGTERM:
@@ -53,7 +56,12 @@ def _worker_main(env_factory: Callable[[], Any], conn: Connection) -> None:
     errors that the saved step trains on), then closes the pool. A worker whose
     trainer died exits when the pipe closes (``EOFError`` below); the pool kills
     (SIGKILL) a worker that does not stop when closed.
+
+    ``limits`` (:mod:`spreadrl.env.limits`): the worker's address space is capped
+    here, and each request runs under a CPU-time budget and a watchdog.
     """
+    if limits is not None:
+        limits.apply_memory()
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     signal.signal(signal.SIGTERM, signal.SIG_IGN)
     with contextlib.suppress(OSError):
@@ -68,29 +76,40 @@ def _worker_main(env_factory: Callable[[], Any], conn: Connection) -> None:
             break
         req_id, op, episode_id, args, kwargs = msg
         try:
-            if op == "reset":
-                if episode_id in envs:
-                    raise SpreadrlError(f"episode {episode_id!r} is already running")
-                env = env_factory()
-                envs[episode_id] = env
-                value = env.reset(*args, **kwargs)
-            else:
-                env = envs.get(episode_id)
-                if env is None:
-                    raise SpreadrlError(f"episode {episode_id!r} was not reset on this pool")
-                if op == "step":
-                    value = env.step(*args, **kwargs)
-                else:
-                    try:
-                        value = env.finish(*args, **kwargs)
-                    finally:
-                        del envs[episode_id]
-                        env.close()
+            with limits.request() if limits is not None else contextlib.nullcontext():
+                value = _run(envs, env_factory, op, episode_id, args, kwargs)
             reply = (req_id, True, value)
         except BaseException as exc:  # sent back to the caller's future, never swallowed
             reply = (req_id, False, _portable_exception(exc))
         conn.send(reply)
     for env in envs.values():
+        env.close()
+
+
+def _run(
+    envs: dict[Hashable, Any],
+    env_factory: Callable[[], Any],
+    op: str,
+    episode_id: Hashable,
+    args: tuple,
+    kwargs: dict,
+) -> Any:
+    """One request of the worker loop: reset, step or finish an episode's env."""
+    if op == "reset":
+        if episode_id in envs:
+            raise SpreadrlError(f"episode {episode_id!r} is already running")
+        env = env_factory()
+        envs[episode_id] = env
+        return env.reset(*args, **kwargs)
+    env = envs.get(episode_id)
+    if env is None:
+        raise SpreadrlError(f"episode {episode_id!r} was not reset on this pool")
+    if op == "step":
+        return env.step(*args, **kwargs)
+    try:
+        return env.finish(*args, **kwargs)
+    finally:
+        del envs[episode_id]
         env.close()
 
 
@@ -108,12 +127,14 @@ def _portable_exception(exc: BaseException) -> BaseException:
 
 
 class _Worker:
-    def __init__(self, ctx, env_factory, index: int, max_pending: int) -> None:
+    def __init__(
+        self, ctx, env_factory, index: int, max_pending: int, limits: WorkerLimits | None
+    ) -> None:
         self.index = index
         self.conn, child = ctx.Pipe(duplex=True)
         self.process = ctx.Process(
             target=_worker_main,
-            args=(env_factory, child),
+            args=(env_factory, child, limits),
             name=f"spreadrl-env-worker-{index}",
             daemon=True,
         )
@@ -140,12 +161,14 @@ class EnvPool:
         max_pending: int | None = None,
         *,
         mp_context: str = "spawn",
+        limits: WorkerLimits | None = None,
     ) -> None:
         if num_workers < 1:
             raise SpreadrlError(
                 f"num_workers must be at least 1 (got {num_workers}); use InlineEnvPool for 0"
             )
         self._factory = env_factory
+        self._limits = limits
         self._ctx = mp.get_context(mp_context)
         self._max_pending = max_pending or 4
         self._lock = threading.Lock()
@@ -161,7 +184,7 @@ class EnvPool:
         self._collector.start()
 
     def _start(self, index: int) -> _Worker:
-        return _Worker(self._ctx, self._factory, index, self._max_pending)
+        return _Worker(self._ctx, self._factory, index, self._max_pending, self._limits)
 
     # ---- requests -----------------------------------------------------------------
 
@@ -269,8 +292,8 @@ class EnvPool:
                 return
             lost = set(worker.episodes) | {ep for _, ep in worker.pending.values()}
             message = (
-                f"env worker {worker.index} (pid {worker.process.pid}) died with exit code {code}; "
-                f"episodes lost: {sorted(map(str, lost))}"
+                f"env worker {worker.index} (pid {worker.process.pid}) died with exit code {code}"
+                f"{_death_note(code, self._limits)}; episodes lost: {sorted(map(str, lost))}"
             )
             for episode_id in lost:
                 self._crashed[episode_id] = message
@@ -325,6 +348,21 @@ class EnvPool:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+def _death_note(code: int | None, limits: WorkerLimits | None) -> str:
+    """What a worker's exit status says about its limits (a C extension's failed allocation
+    aborts; the kernel kills at the CPU limit; the watchdog exits with status 1)."""
+    if limits is None or code is None:
+        return ""
+    if code < 0 and -code in (signal.SIGABRT, signal.SIGSEGV, signal.SIGKILL, signal.SIGXCPU):
+        return (
+            f" ({signal.Signals(-code).name}: an allocation over its {limits.memory_mb} MB "
+            "memory limit aborts a C extension, or the kernel stopped it)"
+        )
+    if code == 1:
+        return " (its watchdog ends a request stuck past its CPU budget)"
+    return ""
 
 
 def _failed(exc: BaseException) -> Future:

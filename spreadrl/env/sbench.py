@@ -216,21 +216,47 @@ def convert_copies(outputs: Sequence[Path], folder: Path) -> tuple[list[Path], d
     return copies, failures
 
 
+def _refusals(outputs: Sequence[Path]) -> dict[int, str]:
+    """Index -> why the archive gate refuses that output (LibreOffice inflates what it gets)."""
+    from spreadrl.archive_gate import WorkbookRefused, check_archive
+
+    refused = {}
+    for index, output in enumerate(outputs):
+        try:
+            if Path(output).is_file():
+                check_archive(Path(output))
+        except WorkbookRefused as exc:
+            refused[index] = str(exc)
+    return refused
+
+
 def sbench_check(
     outputs: Sequence[Path], answers: Sequence[Path], answer_position: Sequence[str]
-) -> list[tuple[list[Mismatch], int, list[str]]]:
-    """Score many (output, answer, position) triples, converting all outputs in one batch."""
+) -> list[tuple[list[Mismatch], int, list[str], str]]:
+    """Score many (output, answer, position) triples, converting all outputs in one batch.
+
+    Each result: mismatches, cells compared, notes, and why the archive gate refused
+    the output ("" when it did not; a refused output is never converted).
+    """
+    refused = _refusals(outputs)
+    kept = [o for i, o in enumerate(outputs) if i not in refused]
     with tempfile.TemporaryDirectory(prefix="spreadrl-sbench-") as tmp:
-        copies, failures = convert_copies(outputs, Path(tmp))
-        results = []
-        for copy, answer, position in zip(copies, answers, answer_position, strict=True):
+        converted, failures = convert_copies(kept, Path(tmp))
+        copies = iter(converted)
+        results: list[tuple[list[Mismatch], int, list[str], str]] = []
+        for index, (answer, position) in enumerate(zip(answers, answer_position, strict=True)):
+            if index in refused:
+                why = refused[index]
+                results.append(([Mismatch("", "", None, None, why)], 0, [], why))
+                continue
+            copy = next(copies)
             notes = (
                 [f"LibreOffice left it unconverted: {failures[copy]}"] if copy in failures else []
             )
             if not copy.is_file():
                 missing = Mismatch("", "", None, None, "output file does not exist")
-                results.append(([missing], 0, notes))
+                results.append(([missing], 0, notes, ""))
                 continue
             mismatches, checked = compare_books(Path(answer), copy, position)
-            results.append((mismatches, checked, notes))
+            results.append((mismatches, checked, notes, ""))
     return results

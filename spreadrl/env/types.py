@@ -4,10 +4,11 @@ In Gymnasium's spirit, for text agents (:class:`Env`):
 ``env.reset(task, case) -> Observation``, ``env.step(ToolCall) -> StepResult``,
 ``env.finish(final_answer) -> EpisodeResult``, ``env.close()``. A step's
 ``truncated`` means a budget of the environment (its tool calls) is spent: the
-episode should end. ``terminated`` means the task itself ended the episode;
-neither environment here ends one on its own (the agent ends it by answering
-without a tool call), so their steps never set it and an :class:`EndReason`
-says how each episode ended. :func:`spreadrl.env.check.check_env` checks an
+episode should end. ``terminated`` means the environment itself ended the
+episode: the gym does so only when a workbook is refused or a call runs over
+the worker's limits (the step's ``info["end_reason"]`` says which); otherwise
+the agent ends it by answering without a tool call. An :class:`EndReason` says
+how each episode ended. :func:`spreadrl.env.check.check_env` checks an
 environment against this contract.
 """
 
@@ -23,7 +24,7 @@ from spreadrl.data.task import Task
 class EndReason(StrEnum):
     """Why an episode ended. ``ANSWERED`` is the only one the agent chose itself
     (Gymnasium's ``terminated``); the budgets are ``truncated``; ``ERROR`` is a bug
-    or a crashed worker, with the traceback text in ``Trajectory.error``.
+    or a crashed worker: ``Trajectory.error`` says it in one line, ``Trajectory.traceback`` in full.
 
     A StrEnum: it compares equal to its value and is written to JSON as text.
     """
@@ -40,6 +41,12 @@ class EndReason(StrEnum):
     LOST_REQUEST = "lost_request"  # the engine no longer held a turn it was still generating
 
     NO_ANSWER = "no_answer"  # finished without a final answer (a driver called finish)
+    # the environment ended the episode, scored 0: a workbook the archive gate refused
+    # (spreadrl.archive_gate), or a tool call or grading over the worker's memory or
+    # CPU-time limit (spreadrl.env.limits); the reason is in the step's observation and
+    # the result's mismatches
+    WORKBOOK_REFUSED = "workbook_refused"
+    ENV_LIMIT = "env_limit"
 
     @property
     def terminated(self) -> bool:

@@ -28,6 +28,7 @@ from openpyxl.utils.cell import (
 from openpyxl.workbook.workbook import Workbook
 from openpyxl.worksheet.worksheet import Worksheet
 
+from spreadrl.archive_gate import check_archive
 from spreadrl.errors import WorkbookError
 
 MAX_ROW = 1_048_576
@@ -178,6 +179,7 @@ class WorkingCopy:
         self.path = self.folder / WORKBOOK_NAME
         self.version = 0
         self.saved_version = -1
+        check_archive(source)
         key = PARSED_INPUTS.key(source)
         cached = PARSED_INPUTS.get(key)
         if cached is not None:
@@ -214,7 +216,9 @@ class WorkingCopy:
         return self.path
 
     def reload(self) -> None:
-        """Read ``workbook.xlsx`` back (after code edited the file); raises WorkbookError."""
+        """Read ``workbook.xlsx`` back (after code edited the file); raises WorkbookError
+        (:class:`~spreadrl.archive_gate.WorkbookRefused` for a file the gate refuses)."""
+        check_archive(self.path, name=self.path.name)
         try:
             wb = openpyxl.load_workbook(self.path)
         except Exception as exc:

@@ -56,6 +56,50 @@ def _breakdown(trajs: Sequence[Trajectory], key: str) -> dict[str, dict[str, flo
     return out
 
 
+TOO_LONG = "prompt_too_long"
+
+
+def _too_long(trajs: Sequence[Trajectory]) -> dict[str, Any]:
+    """The episodes whose first prompt did not fit: how many, their lengths, and the limit."""
+    hit = [t for t in trajs if t.stop_reason == TOO_LONG]
+    lengths = [int(t.metadata["prompt_tokens"]) for t in hit if "prompt_tokens" in t.metadata]
+    limits: dict[str, int] = {}
+    for t in hit:
+        limits.update(t.metadata.get("prompt_limit") or {})
+    if not hit:
+        return {}
+    return {
+        "episodes": len(hit),
+        "shortest_prompt": min(lengths, default=None),
+        "longest_prompt": max(lengths, default=None),
+        "limits": limits,
+    }
+
+
+def no_episode_started(report: dict[str, Any]) -> str | None:
+    """Why no episode of an eval reached the model, as one line; None when some did.
+
+    An eval whose prompts are all longer than the model's context (or the prompt
+    budget) scores 0% without running the model once: that is a setup error, not
+    a measurement.
+    """
+    if not report.get("episodes") or report.get("episodes_started", 1) > 0:
+        return None
+    too_long = report.get("prompt_too_long") or {}
+    if not too_long:
+        return f"no episode started: all {report['episodes']} ended before the first turn"
+    lo, hi = too_long.get("shortest_prompt"), too_long.get("longest_prompt")
+    sizes = "of unknown length" if lo is None or hi is None else f"{lo:,}-{hi:,} tokens"
+    sizes = f"{lo:,} tokens" if lo is not None and lo == hi else sizes
+    limits = " and ".join(f"{v:,} ({k})" for k, v in too_long.get("limits", {}).items())
+    return (
+        f"no episode started: every prompt ({too_long['episodes']} episodes, {sizes}) "
+        f"is longer than {limits or 'the limit'}; shorten the prompt (the recipe the model "
+        "was trained with: --config RECIPE, a smaller env.tools preset, env.overview=none) "
+        "or use a model with a longer context"
+    )
+
+
 MAX_ERRORS = 50
 """Episode errors listed in a report (all are counted in ``episode_errors``)."""
 
@@ -95,6 +139,9 @@ def build_report(
         # an eval with errors did not measure the model on those cases
         "errors": [{"episode": t.key, "error": t.error} for t in trajs if t.error][:MAX_ERRORS],
         "stop_reasons": dict(Counter(t.stop_reason for t in trajs).most_common()),
+        # an episode whose prompt did not fit never reached the model: it measured nothing
+        "episodes_started": sum(1 for t in trajs if t.stop_reason != TOO_LONG and not t.error),
+        "prompt_too_long": _too_long(trajs),
         "per_case": {f"{tid}/{case}": sum(v) / len(v) for (tid, case), v in by_case.items()},
     }
     if extra:
@@ -192,32 +239,3 @@ def _is_number(value: object) -> bool:
 def report_scoring(report: dict[str, Any]) -> str:
     """How a report's outputs were scored; a report from before ``scoring`` was hybrid."""
     return str(report.get("scoring") or "hybrid")
-
-
-def compare_reports(
-    a: dict[str, Any], b: dict[str, Any], *, mixed_scoring: bool = False
-) -> dict[str, Any]:
-    """Headline deltas and the cases whose pass@1 went up or down between two runs.
-
-    Two reports scored two ways (the hybrid reward vs SpreadsheetBench's own
-    scoring) measure different things: a case can flip with no change in the model.
-    That is refused unless ``mixed_scoring``.
-    """
-    scorings = (report_scoring(a), report_scoring(b))
-    if scorings[0] != scorings[1] and not mixed_scoring:
-        raise SpreadrlError(
-            f"the reports were scored two ways ({scorings[0]} vs {scorings[1]}): their pass "
-            "rates differ by scoring, not only by model; rerun one with --scoring "
-            f"{scorings[0]}, or pass --mixed-scoring to compare them anyway"
-        )
-    metrics = {k: (a.get(k), b.get(k)) for k in COMPARED}
-    ca, cb = a.get("per_case", {}), b.get("per_case", {})
-    common = sorted(set(ca) & set(cb))
-    return {
-        "scoring": scorings,
-        "metrics": metrics,
-        "improved": [c for c in common if cb[c] > ca[c]],
-        "regressed": [c for c in common if cb[c] < ca[c]],
-        "only_in_a": sorted(set(ca) - set(cb)),
-        "only_in_b": sorted(set(cb) - set(ca)),
-    }

@@ -26,6 +26,12 @@ DEFAULT_SYSTEM_PROMPT = (
 @dataclass(frozen=True)
 class RolloutConfig(Section):
     backend: Literal["hf", "vllm"] = option("hf", "Rollout engine: transformers or colocated vLLM.")
+    hf_static_cache: bool = option(
+        False,
+        "hf: transformers' static KV cache, with generate compiling the decode step into CUDA "
+        "graphs on a GPU (torch.compile reduce-overhead; the first calls compile); off: "
+        "spreadrl's shared-prefill cache.",
+    )
     vllm_gpu_memory_utilization: float = option(
         0.3, "vllm: share of GPU memory the engine takes (weights + KV cache) beside the trainer."
     )

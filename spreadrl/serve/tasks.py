@@ -22,6 +22,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from spreadrl.archive_gate import WorkbookRefused, check_archive
 from spreadrl.errors import SpreadrlError
 
 if TYPE_CHECKING:
@@ -67,6 +68,10 @@ def check_upload(filename: str | None, data: bytes) -> None:
             400,
             "not_xlsx",
         )
+    try:
+        check_archive(data, name=name)
+    except WorkbookRefused as exc:  # 413 for a workbook too large, 422 for a lying archive
+        raise UploadError(str(exc), exc.status, "workbook_refused") from exc
     try:
         openpyxl.load_workbook(io.BytesIO(data)).close()
     except Exception as exc:  # openpyxl raises many types for broken files
@@ -232,6 +237,8 @@ def changed_cells(before: Path, after: Path, limit: int = MAX_CHANGED_CELLS) -> 
     """Cells whose stored value (formula text for formulas) differs, plus added/removed sheets."""
     import openpyxl
 
+    for path in (before, after):
+        check_archive(path)
     old = openpyxl.load_workbook(before)
     new = openpyxl.load_workbook(after)
     try:

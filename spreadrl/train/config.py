@@ -50,6 +50,25 @@ class ModelConfig(Section):
         "and AdamW state stay in CPU memory, each layer visits the GPU for its forward and "
         "backward, and the optimizer steps on the CPU (needs torchrun; GPU memory for time).",
     )
+    checkpoint_every: int = option(
+        1,
+        "With gradient_checkpointing: recompute every k-th decoder layer only, the others keep "
+        "their activations (selective; 1 = every layer; spreadrl plan says what fits).",
+    )
+    fused_logprob_head: bool = option(
+        False,
+        "Output layer + sampled-token log-prob with a hand-written chunked backward "
+        "(spreadrl/train/fused_head.py) instead of autograd over checkpointed chunks.",
+    )
+    compile_layers: bool = option(
+        False, "torch.compile each decoder layer (one shared graph; the first step compiles)."
+    )
+
+    def validate(self) -> None:
+        if self.checkpoint_every < 1:
+            raise ConfigError(
+                f"model.checkpoint_every must be at least 1, got {self.checkpoint_every}"
+            )
 
 
 @dataclass(frozen=True)
@@ -143,6 +162,9 @@ class OptimConfig(Section):
     weight_decay: float = option(0.01, "AdamW weight decay.")
     betas: tuple[float, float] = option((0.9, 0.999), "AdamW betas.")
     grad_clip: float = option(1.0, "Max gradient norm.")
+    fused_adamw: bool = option(
+        False, "AdamW's fused kernel (one launch for every parameter; CUDA and CPU)."
+    )
     warmup_steps: int = option(0, "Linear warmup steps.")
     schedule: Literal["constant", "linear", "cosine"] = option(
         "constant", "LR schedule after warmup."
@@ -185,6 +207,22 @@ class DynamicSamplingConfig(Section):
         "drop them, or refill the batch with new groups.",
     )
     max_refill_rounds: int = option(2, "Extra rollout rounds when refilling.")
+    max_crashed_fraction: float = option(
+        0.05,
+        "Stop the run when more than this fraction of a step's episodes crashed (a tool, "
+        "worker, environment or engine failed); groups with a crash are never trained on.",
+    )
+    max_untrained_steps: int = option(
+        3, "Stop the run after this many steps in a row that kept no group (0 = never stop)."
+    )
+
+    def validate(self) -> None:
+        if not 0.0 <= self.max_crashed_fraction <= 1.0 or self.max_untrained_steps < 0:
+            raise ConfigError(
+                "sampling.max_crashed_fraction must be in [0, 1] and "
+                "sampling.max_untrained_steps >= 0, got "
+                f"{self.max_crashed_fraction}, {self.max_untrained_steps}"
+            )
 
 
 @dataclass(frozen=True)

@@ -44,6 +44,7 @@ from torch.utils.checkpoint import checkpoint
 
 from spreadrl.rollout.kv_cache import cache_name, output_cache
 from spreadrl.rollout.sampling import process_logits
+from spreadrl.train.levers import fused_head_on
 
 # CPU: float32 logits per chunk, 2**24 values (64 MiB); at a 151,936 vocabulary that is
 # 110 tokens, at the tiny preset's few thousand it is a whole micro-batch. Small on
@@ -118,18 +119,33 @@ def selective_logprobs(
     top_p: float = 1.0,
     with_entropy: bool = False,
     chunk_tokens: int | None = None,
+    fused: bool = False,
 ) -> tuple[torch.Tensor, torch.Tensor | None]:
     """Log-probs [n] of ``targets`` [n] given ``hidden`` [n, dim] and the output layer ``head``.
 
     Chunks of ``chunk_tokens`` rows (default: :func:`chunk_tokens_for` the
-    head's vocabulary on ``hidden``'s device); with grad each chunk is checkpointed. Returns
-    (logp, entropy or None), float32.
+    head's vocabulary on ``hidden``'s device); with grad each chunk is checkpointed, or,
+    ``fused`` (``model.fused_logprob_head``), runs in :mod:`spreadrl.train.fused_head`'s
+    hand-written backward. Returns (logp, entropy or None), float32.
     """
     vocab = getattr(head, "out_features", None) or head.weight.shape[0]
     size = chunk_tokens or chunk_tokens_for(vocab, top_p, hidden.device)
     grad = torch.is_grad_enabled() and (
         hidden.requires_grad or any(p.requires_grad for p in head.parameters())
     )
+    if fused and grad:
+        from spreadrl.train.fused_head import fused_logprobs
+
+        return fused_logprobs(
+            head.weight,
+            hidden,
+            targets,
+            temperature=temperature,
+            top_k=top_k,
+            top_p=top_p,
+            with_entropy=with_entropy,
+            chunk_tokens=size,
+        )
     args = (temperature, top_k, top_p, with_entropy)
     parts = []
     for start in range(0, hidden.shape[0], size):
@@ -311,6 +327,7 @@ def sequence_logprobs(
         top_p=top_p,
         with_entropy=entropy,
         chunk_tokens=chunk_tokens,
+        fused=fused_head_on(model),  # model.fused_logprob_head (spreadrl.train.levers)
     )
     forward: dict[str, object] = {
         "attention_mask": batch["attention_mask"].to(device),

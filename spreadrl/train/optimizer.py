@@ -16,6 +16,7 @@ from torch.optim.lr_scheduler import LambdaLR, LRScheduler
 
 from spreadrl.errors import SpreadrlError
 from spreadrl.train.config import OptimConfig
+from spreadrl.train.levers import fused_adamw_kwargs
 
 
 def build_optimizer(model: nn.Module, optim_cfg: OptimConfig) -> Optimizer:
@@ -28,6 +29,7 @@ def build_optimizer(model: nn.Module, optim_cfg: OptimConfig) -> Optimizer:
         lr=optim_cfg.lr,
         weight_decay=optim_cfg.weight_decay,
         betas=(optim_cfg.betas[0], optim_cfg.betas[1]),
+        **fused_adamw_kwargs(optim_cfg.fused_adamw, params),  # optim.fused_adamw
     )
 
 

@@ -87,7 +87,8 @@ def build_rollout_policy(
         if info.is_main:
             console.print(line, highlight=False)
         return engine, ColocatedRollouts(engine, sync=sync)
-    return HFPolicy(model, tokenizer, max_batch_size=batch), None
+    policy = HFPolicy(model, tokenizer, max_batch_size=batch, static_cache=rollout.hf_static_cache)
+    return policy, None
 
 
 @contextlib.contextmanager

@@ -17,6 +17,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from spreadrl.archive_gate import WorkbookRefused, check_archive
 from spreadrl.cells import AnswerPositionError, parse_answer_position
 from spreadrl.data.task import (
     CELL_LEVEL,
@@ -124,18 +125,25 @@ def check_xlsx(path: Path, task_id: str) -> None:
 
 
 def is_xlsx_bytes_file(path: Path) -> bool:
+    """A zip holding xl/workbook.xml; TaskFormatError for one the archive gate refuses."""
     try:
+        check_archive(path)
         with zipfile.ZipFile(path) as archive:
             return "xl/workbook.xml" in archive.namelist()
+    except WorkbookRefused as exc:
+        raise TaskFormatError(str(exc)) from exc  # a task problem: --skip-bad skips it
     except (OSError, zipfile.BadZipFile):
         return False
 
 
-def is_xlsx_bytes(data: bytes) -> bool:
+def is_xlsx_bytes(data: bytes, name: str = "workbook") -> bool:
     """The in-memory twin of :func:`is_xlsx_bytes_file`: a zip holding xl/workbook.xml."""
     try:
+        check_archive(data, name=name)
         with zipfile.ZipFile(io.BytesIO(data)) as archive:
             return "xl/workbook.xml" in archive.namelist()
+    except WorkbookRefused as exc:
+        raise TaskFormatError(str(exc)) from exc
     except zipfile.BadZipFile:
         return False
 

@@ -90,7 +90,7 @@ def read_task_folder(
     books = []
     for name in (START_WORKBOOK, ANSWER_WORKBOOK):
         data = folders.read(folder, name, task_id)
-        if not is_xlsx_bytes(data):
+        if not is_xlsx_bytes(data, f"task {task_id!r}: {folder}/{name}"):
             raise TaskFormatError(
                 f"task {task_id!r}: {folder}/{name} is not a readable .xlsx workbook"
             )

@@ -37,6 +37,7 @@ from typing import Any
 import ironcalc
 from ironcalc import Model
 
+from spreadrl.archive_gate import check_archive
 from spreadrl.cells import range_cells
 from spreadrl.env import recalc
 from spreadrl.env.recalc.errors import EXCEL_ERRORS, UNEVALUATED
@@ -124,6 +125,7 @@ def locale_reason(formula: str) -> str:
 def _array_cells(path: Path, names: list[str]) -> dict[str, list[str]]:
     """Sheet name -> cell ranges of the array (CSE) formulas of ``path`` (from the sheet XML)."""
     ranges: dict[str, list[str]] = {}
+    check_archive(path)
     try:
         with zipfile.ZipFile(path) as archive:
             sheet_files = [n for n in archive.namelist() if n.startswith("xl/worksheets/sheet")]

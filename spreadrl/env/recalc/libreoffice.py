@@ -16,20 +16,23 @@ import atexit
 import contextlib
 import json
 import os
+import resource
 import selectors
 import shutil
 import signal
 import subprocess
 import tempfile
 import threading
+from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
 
+from spreadrl.archive_gate import check_archive
 from spreadrl.env import recalc
 from spreadrl.env.recalc.ironcalc_engine import read_cached
 from spreadrl.env.recalc.lo_service import ServiceClient, service_mode
 from spreadrl.env.recalc.locale import DEFAULT_LOCALE, current_locale
-from spreadrl.errors import MissingDependencyError, WorkbookError
+from spreadrl.errors import ConfigError, MissingDependencyError, WorkbookError
 
 INSTALL_HINT = (
     "the 'libreoffice' recalculation engine needs LibreOffice's `soffice` on PATH "
@@ -79,11 +82,17 @@ class LibreOfficeServer:
     """
 
     def __init__(
-        self, soffice: str, python: str, timeout_s: float = 120.0, locale: str = "en-US"
+        self,
+        soffice: str,
+        python: str,
+        timeout_s: float = 120.0,
+        limits: LoLimits | None = None,
+        locale: str = "en-US",
     ) -> None:
         self.soffice = soffice
         self.python = python
         self.timeout_s = timeout_s
+        self.limits = limits or LoLimits.from_environment()
         self.locale = locale
         self._proc: subprocess.Popen | None = None
         self._pid = 0
@@ -114,6 +123,7 @@ class LibreOfficeServer:
             stdout=subprocess.PIPE,
             stderr=subprocess.DEVNULL,
             start_new_session=True,
+            preexec_fn=self.limits.apply_memory,  # noqa: PLW1509 -- only setrlimit, no locks
         )
         self._pid = os.getpid()
         try:
@@ -136,6 +146,7 @@ class LibreOfficeServer:
                 self._start()
             assert self._proc is not None and self._proc.stdin is not None
             request = {"src": str(Path(src).resolve()), "dst": str(Path(dst).resolve())}
+            self.limits.budget_cpu(self._proc.pid)
             try:
                 self._proc.stdin.write((json.dumps(request) + "\n").encode())
                 self._proc.stdin.flush()
@@ -147,6 +158,9 @@ class LibreOfficeServer:
                     f"{src}: LibreOffice {what} while recalculating it (limit {self.timeout_s:.0f} s)"
                 ) from exc
             if not reply.get("ok"):
+                # soffice may be dying (over its limits) or unwell: the next request
+                # starts a fresh one (about 1.3 s, paid only after a failure)
+                self.close()
                 raise WorkbookError(
                     f"{src}: LibreOffice could not recalculate it ({reply.get('error')})"
                 )
@@ -179,6 +193,77 @@ class LibreOfficeServer:
         if self._profile is not None:
             self._profile.cleanup()
             self._profile = None
+
+
+@dataclass(frozen=True)
+class LoLimits:
+    """The memory and CPU-time limits of the helper and soffice (0 turns one off).
+
+    Set from ``SPREADRL_LIBREOFFICE_MEMORY_MB`` (default 4096; soffice itself maps
+    about 800 MB) and ``SPREADRL_LIBREOFFICE_CPU_S`` (default 120, CPU seconds per
+    recalculation) where they are set: the service is shared by every process of the
+    user, so it has no recipe of its own. Over either, soffice dies, the request
+    fails (the hybrid keeps IronCalc's values, warned) and the next one restarts it.
+    """
+
+    memory_mb: int = 4096
+    cpu_s: int = 120
+
+    @classmethod
+    def from_environment(cls) -> LoLimits:
+        try:
+            return cls(
+                int(os.environ.get("SPREADRL_LIBREOFFICE_MEMORY_MB", cls.memory_mb)),
+                int(os.environ.get("SPREADRL_LIBREOFFICE_CPU_S", cls.cpu_s)),
+            )
+        except ValueError as exc:
+            raise ConfigError(f"SPREADRL_LIBREOFFICE_MEMORY_MB / _CPU_S: {exc}") from exc
+
+    def apply_memory(self) -> None:
+        """In the helper before it starts (soffice inherits it): cap the address space."""
+        if self.memory_mb > 0:
+            cap = self.memory_mb << 20
+            resource.setrlimit(resource.RLIMIT_AS, (cap, cap))
+
+    def apply_one_shot(self) -> None:
+        """Before a one-conversion soffice starts: the address space and its CPU seconds."""
+        self.apply_memory()
+        if self.cpu_s > 0:
+            resource.setrlimit(resource.RLIMIT_CPU, (self.cpu_s, self.cpu_s + 5))
+
+    def budget_cpu(self, root: int) -> None:
+        """Before a request: each process under ``root`` may use ``cpu_s`` more CPU seconds.
+
+        The soft ``RLIMIT_CPU`` of a running process is moved from here (``prlimit``;
+        the hard limit stays), since soffice lives across many requests."""
+        if self.cpu_s <= 0:
+            return
+        for pid in _process_tree(root):
+            with contextlib.suppress(OSError, ValueError):
+                _, hard = resource.prlimit(pid, resource.RLIMIT_CPU)
+                soft = int(_cpu_seconds(pid)) + self.cpu_s + 1
+                if hard != resource.RLIM_INFINITY:
+                    soft = min(soft, hard)
+                resource.prlimit(pid, resource.RLIMIT_CPU, (soft, hard))
+
+
+def _process_tree(root: int) -> list[int]:
+    """``root`` and its descendants (soffice runs two levels below the helper)."""
+    found, todo = [], [root]
+    while todo:
+        pid = todo.pop()
+        found.append(pid)
+        with contextlib.suppress(OSError):
+            for task in os.listdir(f"/proc/{pid}/task"):
+                todo += [
+                    int(c) for c in Path(f"/proc/{pid}/task/{task}/children").read_text().split()
+                ]
+    return found
+
+
+def _cpu_seconds(pid: int) -> float:
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 _SERVERS: dict[tuple[str, str], LibreOfficeServer] = {}
@@ -243,6 +328,7 @@ class LibreOfficeEngine:
         dst = Path(dst) if dst is not None else src
         if not src.is_file():
             raise WorkbookError(f"{src}: file does not exist")
+        check_archive(src)  # soffice inflates what it is given
         if self.server is not None:
             dst.parent.mkdir(parents=True, exist_ok=True)
             with tempfile.TemporaryDirectory(prefix="spreadrl-soffice-") as tmp:
@@ -275,7 +361,12 @@ class LibreOfficeEngine:
             ]
             try:
                 proc = subprocess.run(
-                    command, capture_output=True, text=True, timeout=self.timeout_s, check=False
+                    command,
+                    capture_output=True,
+                    text=True,
+                    timeout=self.timeout_s,
+                    check=False,
+                    preexec_fn=LoLimits.from_environment().apply_one_shot,  # noqa: PLW1509
                 )
             except subprocess.TimeoutExpired as exc:
                 raise WorkbookError(

@@ -30,6 +30,7 @@ import contextlib
 import fcntl
 import json
 import os
+import resource
 import socket
 import socketserver
 import subprocess
@@ -145,11 +146,19 @@ class ServiceClient:
                 stderr=subprocess.DEVNULL,
                 start_new_session=True,
                 env={**os.environ, "PYTHONPATH": _our_pythonpath()},
+                preexec_fn=_lift_cpu_budget,  # noqa: PLW1509 -- only setrlimit
             )
             while not _answers(self.path):
                 if time.monotonic() > deadline:
                     raise WorkbookError("the LibreOffice service did not start")
                 time.sleep(0.05)
+
+
+def _lift_cpu_budget() -> None:
+    """The service outlives the request that started it: it must not inherit the per-request
+    CPU budget of an environment worker (spreadrl.env.limits). Its soffice has its own."""
+    _, hard = resource.getrlimit(resource.RLIMIT_CPU)
+    resource.setrlimit(resource.RLIMIT_CPU, (hard, hard))
 
 
 def _our_pythonpath() -> str:

@@ -25,6 +25,7 @@ from ironcalc import Model
 from openpyxl.styles.numbers import is_date_format, is_timedelta_format
 from openpyxl.utils.datetime import CALENDAR_MAC_1904, WINDOWS_EPOCH, from_excel
 
+from spreadrl.env.limits import EnvLimitExceeded
 from spreadrl.env.recalc import get_engine
 from spreadrl.env.recalc.excel_text import fix_number_text, needs_fix
 from spreadrl.env.recalc.hybrid import load_hybrid
@@ -207,8 +208,8 @@ def load_values(
             raise
         raise WorkbookError(f"{path}: cannot read the recalculated workbook ({exc})") from exc
     except BaseException as exc:  # IronCalc panics surface as BaseException
-        if isinstance(exc, KeyboardInterrupt | SystemExit):
-            raise
+        if isinstance(exc, KeyboardInterrupt | SystemExit | MemoryError | EnvLimitExceeded):
+            raise  # a worker's limit (spreadrl.env.limits): the episode ends on it
         raise WorkbookError(f"{path}: cannot read workbook ({exc})") from exc
     finally:
         if tmpdir is not None:

@@ -24,6 +24,7 @@ from pathlib import Path
 import ironcalc
 from ironcalc import Model
 
+from spreadrl.archive_gate import check_archive
 from spreadrl.errors import WorkbookError
 
 _NS = rb"(?:\w+:)?"
@@ -121,6 +122,7 @@ def scan_xlsx(path: Path) -> XlsxScan:
     About 0.3 ms for a small gym output (the zip's central directory and sheet parts);
     sheet names are read only when some sheet holds typed blanks.
     """
+    check_archive(path)  # before any member is inflated
     scan = XlsxScan()
     blanks_by_part: dict[str, list[tuple[int, int]]] = {}
     try:

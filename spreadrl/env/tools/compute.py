@@ -11,6 +11,7 @@ from typing import Any
 from openpyxl.utils.cell import column_index_from_string, coordinate_from_string
 from pydantic import Field
 
+from spreadrl.archive_gate import WorkbookRefused
 from spreadrl.env.recalc import get_engine
 from spreadrl.env.recalc.errors import is_error_value
 from spreadrl.env.recalc.locale import AUTO, DEFAULT_LOCALE, recalc_locale
@@ -47,6 +48,8 @@ def evaluated(ctx: ToolContext) -> dict[str, dict[tuple[int, int], Any]]:
             engine = ctx.cache.get("engine") or get_engine(ctx.config.engine)
             ctx.cache["engine"] = engine
             raw = engine.evaluate(path)
+    except WorkbookRefused:
+        raise  # ends the episode (SpreadsheetEnv.step), not a note to the model
     except WorkbookError as exc:
         raise ToolError(f"the workbook could not be recalculated: {exc}") from None
     ctx.cache["recalc_s"] = ctx.cache.get("recalc_s", 0.0) + time.perf_counter() - start
@@ -167,6 +170,8 @@ def run_code(
     except WorkbookError as exc:
         book.saved_version = -1
         book.save()
+        if isinstance(exc, WorkbookRefused):
+            raise  # the episode ends, scored 0 (SpreadsheetEnv.step)
         return result, f"note: {exc}; the previous version was restored"
     return result, f"{workbook} changed; the working copy now holds your edits"
 

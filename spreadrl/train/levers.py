@@ -1,0 +1,111 @@
+"""Speed levers of the update, each behind its own setting (issue 36 item 4).
+
+Each lever is a small function of its own, applied once where the model or the
+optimizer is built, and each keeps the numbers the plain path gives (the tests
+compare them within float tolerance):
+
+- :func:`checkpoint_every`: selective activation checkpointing by layer
+  (``model.checkpoint_every``: with ``model.gradient_checkpointing``, every k-th
+  decoder layer recomputes in backward and the others keep their activations,
+  trading memory for the recompute's share of the FLOPs; ``spreadrl plan`` says
+  whether the memory allows it);
+- :func:`compile_decoder_layers`: ``torch.compile`` of each decoder layer
+  (``model.compile_layers``), as torchtitan compiles its blocks: the layers share
+  one graph, the model's Python glue stays eager;
+- :func:`use_fused_head`: the fused output layer + log-prob
+  (``model.fused_logprob_head``, :mod:`spreadrl.train.fused_head`), beside the
+  chunked, checkpointed path :mod:`spreadrl.train.logprobs` runs by default;
+- fused AdamW (``optim.fused_adamw``): one kernel for every parameter's step
+  (:func:`spreadrl.train.optimizer.build_optimizer`).
+
+Packed (varlen) attention with no padding inside a micro-batch is not here: see
+docs/benchmarks.md (issue 36 levers) for why.
+"""
+
+from __future__ import annotations
+
+import logging
+
+import torch
+from torch import nn
+
+from spreadrl.train.config import ModelConfig
+from spreadrl.train.distributed import decoder_layers
+
+log = logging.getLogger(__name__)
+
+FUSED_HEAD_FLAG = "_spreadrl_fused_logprob_head"
+
+
+def apply_model_levers(model: nn.Module, model_cfg: ModelConfig) -> None:
+    """The model-side levers ``model_cfg`` turns on (after activation checkpointing, before
+    FSDP2 shards the model, as torchtitan orders them)."""
+    if model_cfg.gradient_checkpointing and model_cfg.checkpoint_every > 1:
+        checkpoint_every(model, model_cfg.checkpoint_every)
+    if model_cfg.fused_logprob_head:
+        use_fused_head(model)
+    if model_cfg.compile_layers:
+        compile_decoder_layers(model)
+
+
+def checkpoint_every(model: nn.Module, every: int) -> list[int]:
+    """Keep activation checkpointing on every ``every``-th decoder layer only (0, k, 2k, ...).
+
+    transformers' decoder layers (``GradientCheckpointingLayer``) recompute in backward
+    when their ``gradient_checkpointing`` flag is on; this switches it off on the others.
+    Returns the indices that still recompute."""
+    if every < 1:
+        raise ValueError(f"checkpoint_every must be at least 1, got {every}")
+    kept = []
+    for i, layer in enumerate(decoder_layers(model)):
+        on = i % every == 0
+        if hasattr(layer, "gradient_checkpointing"):
+            layer.gradient_checkpointing = on and bool(layer.gradient_checkpointing)
+        if getattr(layer, "gradient_checkpointing", False):
+            kept.append(i)
+    return kept
+
+
+def compile_decoder_layers(model: nn.Module, backend: str = "inductor") -> int:
+    """``torch.compile`` each decoder layer in place (``nn.Module.compile``); returns how many.
+
+    Parameters are graph inputs (torch's default since 2.5), so the layers share one
+    compiled graph; the first forward pays the compilation."""
+    layers = decoder_layers(model)
+    for layer in layers:
+        layer.compile(backend=backend, dynamic=None)
+    return len(layers)
+
+
+def use_fused_head(model: nn.Module) -> bool:
+    """Mark ``model`` for the fused output layer + log-prob; False (the chunked path stays)
+    when its head is not a plain linear layer without bias (a LoRA-wrapped head)."""
+    head = model.get_output_embeddings() if hasattr(model, "get_output_embeddings") else None
+    plain = type(head) is nn.Linear and head.bias is None
+    if not plain:
+        log.warning(
+            "model.fused_logprob_head: the output layer is %s; chunked path kept",
+            type(head).__name__,
+        )
+        return False
+    setattr(model, FUSED_HEAD_FLAG, True)
+    return True
+
+
+def fused_head_on(model: nn.Module) -> bool:
+    """Whether :func:`use_fused_head` marked ``model`` (or the model it wraps)."""
+    inner = getattr(model, "module", model)
+    return bool(getattr(model, FUSED_HEAD_FLAG, False) or getattr(inner, FUSED_HEAD_FLAG, False))
+
+
+def fused_adamw_kwargs(fused: bool, params: list[torch.Tensor]) -> dict[str, object]:
+    """AdamW's keyword for its fused kernel: ``fused=True`` where every parameter's device
+    has one (CUDA, and the CPU since torch 2.4), else nothing (the default foreach path)."""
+    if not fused:
+        return {}
+    devices = {p.device.type for p in params}
+    supported = {"cuda", "cpu", "xpu", "mps"}
+    if not devices <= supported:
+        log.warning("optim.fused_adamw: no fused AdamW on %s; the default kernel runs", devices)
+        return {}
+    return {"fused": True}
