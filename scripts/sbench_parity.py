@@ -97,6 +97,12 @@ def main() -> int:
         help="keep their verdicts here and reuse them (their conversion takes one "
         "soffice start per file: about 3 s each on a busy 2-core machine)",
     )
+    parser.add_argument(
+        "--labels",
+        default="upstream,harbor",
+        help="which pair sets to score (run them in two processes with two HOME folders, "
+        "so their soffice profiles do not collide; merge the caches)",
+    )
     args = parser.parse_args()
     evaluation = _load(args.upstream / "evaluation" / "evaluation.py", "sb_evaluation")
     opener = _load(args.upstream / "evaluation" / "open_spreadsheet.py", "sb_open")
@@ -116,11 +122,21 @@ def main() -> int:
             ("upstream", evaluation, UPSTREAM_FORMS, args.count),
             ("harbor", harbor, HARBOR_FORMS, args.harbor_count),
         ):
+            if label not in args.labels.split(","):
+                continue
             pairs = make_pairs(args.seed, count, root / label / "pairs", forms)
             (root / label / "work").mkdir()
-            raw, converted = _their_verdicts(
-                evaluator, pairs, soffice, opener, root / label / "work"
+            cached = (
+                json.loads(args.cache.read_text()) if args.cache and args.cache.is_file() else {}
             )
+            key = f"{label}/{args.seed}/{count}"
+            if key not in cached:
+                work = root / label / "work"
+                cached[key] = _their_verdicts(evaluator, pairs, soffice, opener, work)
+                if args.cache:
+                    args.cache.write_text(json.dumps(cached))
+            raw, converted = cached[key]
+            print(f"{label}: their verdicts ready", flush=True)
             our_raw, our_converted = _our_verdicts(pairs)
             ok &= _agree(f"{label} rules only (no conversion)", raw, our_raw)
             ok &= _agree(f"{label} with the LibreOffice conversion", converted, our_converted)

@@ -36,6 +36,8 @@ log = logging.getLogger(__name__)
 FILTER = "xlsx:Calc MS Excel 2007 XML"
 TIMEOUT_S = 120.0
 """Upstream's per-file limit (``subprocess.run(..., timeout=120)``)."""
+BATCH = 40
+"""Files per soffice process: one start serves many, and a crash costs a few."""
 
 
 def _soffice(soffice: str | None) -> str:
@@ -75,9 +77,9 @@ def convert_outputs(
     """Convert every file of ``paths`` in place; return path -> why it was left as it was.
 
     Files are staged under unique names (``--convert-to`` names its result after the
-    input's stem), converted in one ``soffice`` process, and each converted copy
-    replaces its original. A batch that fails or times out is retried one file at a
-    time, so one bad workbook costs only itself. Raises MissingDependencyError
+    input's stem), converted :data:`BATCH` at a time per ``soffice`` process, and each
+    converted copy replaces its original. A file a batch did not convert is retried in
+    a process of its own, so one bad workbook costs only itself. Raises MissingDependencyError
     when LibreOffice is not installed.
     """
     binary = _soffice(soffice)
@@ -93,18 +95,18 @@ def convert_outputs(
             shutil.copyfile(path, copy)
             staged.append(copy)
         outdir = root / "out"
-        error = _run(binary, staged, outdir, root / "profile", timeout_s * len(staged))
+        for start in range(0, len(staged), BATCH):
+            chunk = staged[start : start + BATCH]
+            _run(binary, chunk, outdir, root / "profile", timeout_s * len(chunk))
         for path, copy in zip(paths, staged, strict=True):
             produced = outdir / f"{copy.stem}.xlsx"
-            if not produced.is_file() and error:
-                # the batch broke off: this file gets its own process and its own limit
-                error_one = _run(binary, [copy], outdir, root / "profile", timeout_s)
-                if not produced.is_file():
-                    failures[Path(path)] = error_one or error or "no converted file"
-                    continue
             if not produced.is_file():
-                failures[Path(path)] = "LibreOffice wrote no converted file"
-                continue
+                # the batch broke off (soffice may exit early, even with status 0): this
+                # file gets its own process and its own limit
+                error = _run(binary, [copy], outdir, root / "profile", timeout_s)
+                if not produced.is_file():
+                    failures[Path(path)] = error or "LibreOffice wrote no converted file"
+                    continue
             shutil.copyfile(produced, path)
     for path, why in failures.items():
         log.warning("%s: LibreOffice could not convert it (%s); scored as it is", path, why)
