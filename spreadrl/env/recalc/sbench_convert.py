@@ -96,14 +96,16 @@ def convert_outputs(
             staged.append(copy)
         outdir = root / "out"
         for start in range(0, len(staged), BATCH):
+            # a fresh profile per process: a soffice that died leaves its profile locked,
+            # and the next one on it exits at once, with status 0 and nothing converted
             chunk = staged[start : start + BATCH]
-            _run(binary, chunk, outdir, root / "profile", timeout_s * len(chunk))
+            _run(binary, chunk, outdir, root / f"profile-{start}", timeout_s * len(chunk))
         for path, copy in zip(paths, staged, strict=True):
             produced = outdir / f"{copy.stem}.xlsx"
             if not produced.is_file():
                 # the batch broke off (soffice may exit early, even with status 0): this
                 # file gets its own process and its own limit
-                error = _run(binary, [copy], outdir, root / "profile", timeout_s)
+                error = _run(binary, [copy], outdir, root / f"profile-{copy.stem}", timeout_s)
                 if not produced.is_file():
                     failures[Path(path)] = error or "LibreOffice wrote no converted file"
                     continue
