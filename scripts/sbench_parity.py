@@ -115,7 +115,16 @@ def main() -> int:
         or args.commit
     )
     ok = True
-    record: dict = {"seed": args.seed, "upstream_commit": commit}
+    record: dict = {
+        "note": "1 = pass. 'upstream': SpreadsheetBench's evaluation/evaluation.py "
+        "compare_workbooks (raw: on the generated output; converted: after its "
+        "evaluation/open_spreadsheet.py LibreOffice conversion) at upstream_commit; 'harbor': "
+        "Harbor's SpreadsheetBench evaluate.py on the answer_position forms upstream crashes "
+        "on. Written by scripts/sbench_parity.py; the pairs are tests/env/sbench_pairs.py's, "
+        "regenerated from seed at test time.",
+        "seed": args.seed,
+        "upstream_commit": commit,
+    }
     with tempfile.TemporaryDirectory() as tmp:
         root = Path(tmp)
         for label, evaluator, forms, count in (
@@ -143,8 +152,8 @@ def main() -> int:
             record[label] = {
                 "count": count,
                 "forms": list(forms),
-                "raw": [int(v) for v in raw],
-                "converted": [int(v) for v in converted],
+                "raw": "".join(str(int(v)) for v in raw),
+                "converted": "".join(str(int(v)) for v in converted),
             }
     if args.write:
         args.write.write_text(json.dumps(record, indent=1) + "\n")

@@ -32,6 +32,9 @@ from tests.sysdeps import needs_libreoffice
 
 FIXTURE = Path(__file__).resolve().parents[1] / "fixtures" / "sbench_verdicts.json"
 RECORD = json.loads(FIXTURE.read_text())
+for _label in ("upstream", "harbor"):  # verdict strings: "0110..." -> [0, 1, 1, 0, ...]
+    for _kind in ("raw", "converted"):
+        RECORD[_label][_kind] = [int(v) for v in RECORD[_label][_kind]]
 
 
 def test_the_time_rule_is_upstreams_str_slice_not_hh_mm():
