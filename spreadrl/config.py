@@ -206,20 +206,35 @@ def parse_override(text: str) -> tuple[str, YAMLValue]:
     return key.strip(), value
 
 
+def read_recipe(path: str | Path) -> dict[str, YAMLValue]:
+    """The mapping a recipe file holds; ``path`` may name a shipped recipe (``tiny-cpu``).
+
+    A missing file, a folder, a binary or empty file, or YAML that is no mapping is
+    one :class:`ConfigError` naming the file, never a fall-back to the defaults.
+    """
+    from spreadrl.recipes import find_recipe
+
+    file = find_recipe(path)
+    try:
+        text = file.read_text()
+    except UnicodeDecodeError as exc:
+        raise ConfigError(f"{path}: not a YAML recipe (a binary file)") from exc
+    try:
+        loaded = yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        raise ConfigError(f"{path}: not valid YAML ({exc})") from exc
+    if loaded is None:  # empty, or comments only: a recipe that says nothing is a mistake
+        raise ConfigError(f"{path}: the recipe file is empty (write {{}} for the defaults)")
+    if not isinstance(loaded, dict):
+        raise ConfigError(f"{path}: the top level must be a mapping of keys")
+    return loaded
+
+
 def load_config(cls: type[T], path: str | Path | None = None, overrides: Sequence[str] = ()) -> T:
     """Load ``cls`` from a YAML file (optional) plus dotted overrides."""
     data: dict[str, YAMLValue] = {}
     if path is not None:
-        file = Path(path)
-        if not file.exists():
-            raise ConfigError(f"{file}: config file not found")
-        try:
-            loaded = yaml.safe_load(file.read_text()) or {}
-        except yaml.YAMLError as exc:
-            raise ConfigError(f"{file}: not valid YAML ({exc})") from exc
-        if not isinstance(loaded, dict):
-            raise ConfigError(f"{file}: the top level must be a mapping of keys")
-        data = loaded
+        data = read_recipe(path)
     for text in overrides:
         key, value = parse_override(text)
         _set_dotted(data, key, value)

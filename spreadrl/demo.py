@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import json
 import math
-import shutil
 import time
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -40,7 +39,7 @@ class DemoSettings:
     sft_target_pass: float = 0.5
     sft_batch_size: int = 32
     sft_lr: float = 2e-3
-    grpo_config: Path | None = Path("configs/tiny-cpu.yaml")
+    grpo_config: Path | str | None = "tiny-cpu"  # a recipe file, or a shipped recipe's name
     grpo_steps: int = 60
     eval_samples: int = 4
     eval_validation_tasks: int = 64
@@ -123,6 +122,44 @@ def _first(tasks: TaskSet, count: int | None) -> TaskSet:
     return tasks if count is None else TaskSet(tasks.root, tasks.tasks[:count])
 
 
+DEMO_ENTRIES = (
+    "oracle-train",
+    "sft.jsonl",
+    "init",
+    "sft",
+    "eval-sft",
+    "grpo",
+    "eval-grpo",
+    "summary.json",
+    "summary.md",
+)
+"""What the demo writes in its folder: the only entries a later demo run replaces."""
+
+
+def claim_demo_folder(settings: DemoSettings) -> None:
+    """Make ``settings.out`` this demo's folder, deleting nothing the demo did not write.
+
+    The demo's stages do not resume, so a folder holding an earlier demo has that
+    demo's own entries (:data:`DEMO_ENTRIES`) replaced; anything else there stays.
+    A folder holding another command's run, or files that are no demo's, is refused
+    (:func:`spreadrl.run_folder.claim_run_folder`).
+    """
+    from spreadrl.run_folder import RunIdentity, claim_run_folder, read_record, remove_owned
+
+    out = settings.out
+    record = read_record(out) if out.is_dir() else None
+    if record is not None and record.get("command") == "demo":
+        remove_owned(out, DEMO_ENTRIES)
+    settings_seen = {k: str(v) for k, v in settings.__dict__.items() if k != "out"}
+    identity = RunIdentity(
+        "demo",
+        settings_seen,
+        files=DEMO_ENTRIES,
+        summary={"model": settings.model_preset, "recipe": str(settings.grpo_config)},
+    )
+    claim_run_folder(out, identity)
+
+
 def run_demo(settings: DemoSettings, console: Console) -> dict[str, Any]:
     """Run every stage; return the summary also written to ``out/summary.json``."""
     from spreadrl.config import load_config
@@ -143,9 +180,6 @@ def run_demo(settings: DemoSettings, console: Console) -> dict[str, Any]:
     from spreadrl.train.sft_data import trajectories_to_sft_rows
 
     out = settings.out
-    if out.exists():
-        shutil.rmtree(out)  # the demo's own output folder: every run starts clean
-    out.mkdir(parents=True)
     timings: dict[str, float] = {}
     clock = time.perf_counter()
 
@@ -164,10 +198,8 @@ def run_demo(settings: DemoSettings, console: Console) -> dict[str, Any]:
         f"rollout.temperature={settings.temperature}",
         *settings.grpo_overrides,
     ]
-    config_path = (
-        settings.grpo_config if settings.grpo_config and settings.grpo_config.exists() else None
-    )
-    grpo_cfg = load_config(GRPOConfig, config_path, overrides)
+    grpo_cfg = load_config(GRPOConfig, settings.grpo_config, overrides)
+    claim_demo_folder(settings)  # after the recipe loaded: a typo leaves no folder behind
 
     # 1. tasks: the built-in demo splits (easy aggregate tasks, disjoint train/test)
     console.rule("[bold]1. tasks")

@@ -27,7 +27,9 @@ PACKAGE = Path(__file__).resolve().parents[1] / "spreadrl"
 LAYERS: dict[str, int] = {
     # the shared low layer: errors, the config loader, cell addressing
     "errors": 0,
+    "run_folder": 0,
     "config": 0,
+    "recipes": 0,
     "cells": 0,
     "archive_gate": 0,  # the workbook archive check: env and the data importers share it
     "data": 1,

@@ -10,20 +10,24 @@ from spreadrl.config import dump_config, load_config
 from spreadrl.errors import ConfigError
 
 app = typer.Typer(
-    help="Show recipe configs: `show` resolves a YAML recipe with overrides; `keys` lists keys.",
+    help="Recipes: `list` the shipped ones, `show` one resolved with overrides, `keys` of all.",
     no_args_is_help=True,
 )
 
 
 @app.command("show")
 def show(
-    recipe: Path = typer.Argument(..., help="YAML recipe (see configs/)."),
+    recipe: Path = typer.Argument(
+        ..., help="YAML recipe file, or a shipped recipe's name (spreadrl config list)."
+    ),
     overrides: list[str] = typer.Argument(None, help="Dotted overrides, e.g. optim.lr=2e-6."),
     kind: str = typer.Option("grpo", "--kind", help="Which recipe's config: grpo or sft."),
 ) -> None:
     """Print the resolved config: the recipe's values, the overrides, and every default.
 
     Examples:
+
+      spreadrl config show tiny-cpu
 
       spreadrl config show configs/tiny-cpu.yaml
 
@@ -43,3 +47,35 @@ def keys() -> None:
     from spreadrl.train.config import config_tables
 
     typer.echo(config_tables(), nl=False)
+
+
+@app.command("list")
+def list_recipes() -> None:
+    """List the recipes shipped with spreadrl: pass a name to --config (``--config tiny-cpu``).
+
+    Example:
+
+      spreadrl config list
+    """
+    from rich.console import Console
+    from rich.table import Table
+
+    from spreadrl.recipes import shipped_recipes
+
+    table = Table(title="shipped recipes (--config NAME)")
+    table.add_column("name", no_wrap=True)
+    table.add_column("what it is")
+    for name, path in shipped_recipes().items():
+        table.add_row(name, _first_comment(path))
+    Console().print(table)
+
+
+def _first_comment(path: Path) -> str:
+    """The recipe's opening comment sentence (what it is), or nothing."""
+    words: list[str] = []
+    for line in path.read_text().splitlines():
+        if not line.startswith("#") or not line.strip("# "):
+            break
+        words.append(line.lstrip("# ").strip())
+    text = " ".join(words)
+    return text.split(". ")[0].rstrip(".") + "." if text else ""

@@ -23,6 +23,7 @@ def sft_build(
     ),
     base_url: str = typer.Option(None, help="Endpoint of the openai backend."),
     seed: int = typer.Option(0),
+    overwrite: bool = typer.Option(False, "--overwrite", help="Replace an existing --out file."),
 ) -> None:
     """Roll out a policy through the gym and keep the episodes that passed.
 
@@ -44,8 +45,10 @@ def sft_build(
     from spreadrl.rollout.backends import load_policy
     from spreadrl.rollout.config import RolloutConfig
     from spreadrl.rollout.types import RunValues
+    from spreadrl.run_folder import check_output_file
     from spreadrl.train.sft_build import build_sft_data
 
+    check_output_file(out, overwrite=overwrite)  # before any rollout: never a silent replace
     task_set = resolve_tasks(tasks)
     policy, tokenizer = load_policy(backend, model, base_url=base_url)
     # the rollout section's defaults but for the flags: a turn samples up to

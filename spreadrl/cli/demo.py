@@ -8,7 +8,11 @@ import typer
 
 
 def demo(
-    out: Path = typer.Option(Path("runs/demo"), help="Output folder (replaced on every run)."),
+    out: Path = typer.Option(
+        Path("runs/demo"),
+        help="Run folder: new or empty, or an earlier demo's (only what that demo wrote is "
+        "replaced).",
+    ),
     seed: int = typer.Option(0),
     sft_max_steps: int = typer.Option(200, help="Most SFT optimizer steps."),
     sft_target_pass: float = typer.Option(
@@ -16,8 +20,8 @@ def demo(
     ),
     grpo_steps: int = typer.Option(60, help="GRPO steps."),
     eval_samples: int = typer.Option(4, help="Samples per held-out case."),
-    config: Path = typer.Option(
-        Path("configs/tiny-cpu.yaml"), help="GRPO recipe for the RL stage."
+    config: str = typer.Option(
+        "tiny-cpu", help="GRPO recipe for the RL stage: a YAML file or a shipped recipe's name."
     ),
     smoke: bool = typer.Option(
         False,

@@ -8,6 +8,8 @@ from typing import TYPE_CHECKING
 import typer
 
 from spreadrl.cli.console import plain
+from spreadrl.cli.eval_run import EngineSpec, EvalSpec, run_eval_command
+from spreadrl.errors import SpreadrlError
 
 if TYPE_CHECKING:
     from spreadrl.train.config import GRPOConfig
@@ -51,6 +53,14 @@ FLAG_KEYS = {
 """Each flag is a shorthand for one recipe key; a flag given wins over the recipe."""
 
 
+def flag_overrides(**given: object) -> list[str]:
+    """The dotted overrides the given flags stand for (``--env code`` also picks its tool)."""
+    flags = [f"{FLAG_KEYS[name]}={value}" for name, value in given.items() if value is not None]
+    if given.get("env") == "code" and given.get("preset") is None:
+        flags.append("env.tools=[code_interpreter]")
+    return flags
+
+
 @app.callback(help="Evaluate a policy on a task set.\n" + EXAMPLES)
 def evaluate(
     ctx: typer.Context,
@@ -61,7 +71,8 @@ def evaluate(
         None,
         "--config",
         "-c",
-        help="YAML recipe (configs/): evaluate with exactly its rollout and env settings.",
+        help="YAML recipe, or a shipped recipe's name (spreadrl config list): evaluate with "
+        "exactly its rollout and env settings.",
     ),
     model: str = typer.Option(
         None, help="Model folder or name (hf, vllm, openai); default: the recipe's model."
@@ -103,97 +114,35 @@ def evaluate(
     if ctx.invoked_subcommand is not None:
         return
     if overrides and overrides[0] == "compare":
-        # the overrides argument takes `compare A B` (and --help): run the subcommand on them,
-        # so its own argument checks and help apply
-        command = ctx.command.get_command(ctx, "compare")
-        with command.make_context("compare", list(overrides[1:]), parent=ctx) as sub_ctx:
-            command.invoke(sub_ctx)
+        _run_compare(ctx, overrides[1:])
         return
-    from rich.console import Console
-
-    from spreadrl.cli.outdir import EVAL_RESULTS, removed_if_failed_start
-    from spreadrl.data.sources import resolve_tasks
-    from spreadrl.env.factory import make_env_pool
-    from spreadrl.errors import SpreadrlError
-    from spreadrl.eval.report import render_report
-    from spreadrl.eval.runner import engine_context_tokens, run_eval, save_eval_config
-    from spreadrl.rollout.backends import load_policy
-    from spreadrl.rollout.types import RunValues
-
     if out is None:
         raise SpreadrlError(
             "spreadrl eval needs --out RUN_DIR (where the report and trajectories go)"
         )
-    given = {
-        "temperature": temperature,
-        "top_p": top_p,
-        "top_k": top_k,
-        "max_turns": max_turns,
-        "max_new_tokens": max_new_tokens,
-        "max_response_tokens": max_response_tokens,
-        "scheduler": scheduler,
-        "concurrency": concurrency,
-        "env": env,
-        "preset": preset,
-    }
-    flags = [f"{FLAG_KEYS[name]}={value}" for name, value in given.items() if value is not None]
-    if env == "code" and preset is None:
-        flags.append("env.tools=[code_interpreter]")
+    given = {name: value for name, value in locals().items() if name in FLAG_KEYS}
+    flags = flag_overrides(**given)
     cfg = load_eval_recipe(config, [*flags, *(overrides or [])])
-    tasks = tasks or cfg.eval.tasks
-    samples = samples or cfg.eval.samples
     backend = backend or "hf"
     if model is None and config is not None and backend in ("hf", "vllm", "openai"):
         model = cfg.model.name_or_path
-    console = Console()
-    task_set = resolve_tasks(tasks, skip_bad=skip_bad)
-    policy, tokenizer = load_policy(
-        backend,
-        model,
-        device=device,
-        base_url=base_url,
-        max_batch_size=batch_size,
-        max_model_len=engine_context_tokens(cfg.data.max_prompt_tokens, cfg.rollout),
+    spec = EvalSpec(
+        model=model,
+        backend=backend,
+        tasks=tasks or cfg.eval.tasks,
+        samples=samples or cfg.eval.samples,
+        seed=seed,
     )
-    run = {"model": model, "backend": backend, "tasks": tasks, "samples": samples, "seed": seed}
-    with (
-        removed_if_failed_start(out, EVAL_RESULTS),
-        make_env_pool(cfg.env, workers=cfg.rollout.concurrency) as pool,
-    ):
-        save_eval_config(
-            out,
-            rollout=cfg.rollout,
-            env=cfg.env,
-            max_prompt_tokens=cfg.data.max_prompt_tokens,
-            recipe=config,
-            run=run,
-        )
-        report = run_eval(
-            task_set,
-            policy,
-            pool,
-            cfg.rollout,
-            out,
-            run=RunValues(seed=seed, max_prompt_tokens=cfg.data.max_prompt_tokens),
-            tokenizer=tokenizer,
-            samples=samples,
-            k_values=sorted({1, samples} | {k for k in (2, 4, 8, 16) if k < samples}),
-            batch_size=batch_size,
-            meta={"model": model, "backend": backend, "tasks": tasks},
-        )
-    render_report(report, console, title=f"{backend} on {plain(tasks)}")
-    console.print(
-        f"report: {out / 'report.json'}  trajectories: {out / 'trajectories.jsonl'}  "
-        f"outputs: {out / 'outputs'}  config: {out / 'config.yaml'}",
-        markup=False,
-    )
-    if report["episode_errors"]:  # a case that did not run measured nothing: not a 0
-        first = report["errors"][0]
-        raise SpreadrlError(
-            f"{report['episode_errors']} of {report['episodes']} episodes failed with an error "
-            f"(first, {first['episode']}: {first['error']}); all are listed in {out / 'report.json'}"
-            f", and a rerun with the same --out runs them again"
-        )
+    engine = EngineSpec(device=device, base_url=base_url, batch_size=batch_size)
+    run_eval_command(cfg, spec, engine, out, recipe=config, skip_bad=skip_bad)
+
+
+def _run_compare(ctx: typer.Context, args: list[str]) -> None:
+    """`eval compare A B`: the overrides argument took it (and --help); run the subcommand
+    on them, so its own argument checks and help apply."""
+    command = ctx.command.get_command(ctx, "compare")
+    with command.make_context("compare", list(args), parent=ctx) as sub_ctx:
+        command.invoke(sub_ctx)
 
 
 def load_eval_recipe(recipe: Path | None, overrides: list[str]) -> GRPOConfig:

@@ -11,9 +11,20 @@ def grpo(
     overrides: list[str] = typer.Argument(
         None, help="Dotted overrides, e.g. optim.lr=2e-6 steps=10."
     ),
-    config: Path = typer.Option(None, "--config", "-c", help="YAML recipe (see configs/)."),
+    config: Path = typer.Option(
+        None,
+        "--config",
+        "-c",
+        help="YAML recipe, or a shipped recipe's name (spreadrl config list).",
+    ),
     print_config: bool = typer.Option(
         False, "--print-config", help="Print the resolved config and exit."
+    ),
+    resume: bool = typer.Option(
+        False,
+        "--resume",
+        help="Continue the run in output_dir with changed steps, epochs, logging or checkpoint "
+        "cadence (the same settings resume without it; other changes need a new output_dir).",
     ),
 ) -> None:
     """Train a policy with GRPO(-TCR) on spreadsheet tasks.
@@ -30,4 +41,4 @@ def grpo(
     from spreadrl.train.config import GRPOConfig
     from spreadrl.train.grpo import train_grpo
 
-    run_recipe("grpo", GRPOConfig, train_grpo, config, overrides, print_config)
+    run_recipe("grpo", GRPOConfig, train_grpo, config, overrides, print_config, resume)

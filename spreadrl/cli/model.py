@@ -29,6 +29,9 @@ def init(
         None, "--corpus", help="Task set folder whose instructions and solutions join the corpus."
     ),
     seed: int = typer.Option(0, "--seed", help="Seed of the weight initialisation."),
+    overwrite: bool = typer.Option(
+        False, "--overwrite", help="Write into a non-empty --out (its model files are replaced)."
+    ),
 ) -> None:
     """Save a randomly initialised model of the real architecture with a tokenizer.
 
@@ -51,7 +54,9 @@ def init(
     from spreadrl.models.init import PRESETS, count_parameters, init_model, make_config
     from spreadrl.models.qwen3 import QWEN3_VOCAB_SIZE, TOKENIZER_CHOICES, load_qwen3_tokenizer
     from spreadrl.models.tokenizer import default_corpus, task_corpus, train_tokenizer
+    from spreadrl.run_folder import check_output_folder
 
+    check_output_folder(out, overwrite=overwrite)  # an existing model is never replaced silently
     if arch != "qwen3":
         raise ConfigError(f"--arch {arch!r} is not supported; the only architecture is qwen3")
     if preset not in PRESETS:

@@ -15,21 +15,14 @@ from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 
+from spreadrl.run_folder import has_results
+
 TRAINING_RESULTS = ("metrics.jsonl", "checkpoints")
 """What a training run has written once it ran a step (a metrics line, a checkpoint)."""
 EVAL_RESULTS = ("trajectories.jsonl",)
 """What an eval has written once an episode finished."""
 
-
-def has_results(folder: Path, results: Sequence[str]) -> bool:
-    """Whether any of ``results`` in ``folder`` is a non-empty file or folder."""
-    for name in results:
-        path = folder / name
-        if path.is_file() and path.stat().st_size > 0:
-            return True
-        if path.is_dir() and any(path.iterdir()):
-            return True
-    return False
+__all__ = ["EVAL_RESULTS", "TRAINING_RESULTS", "has_results", "removed_if_failed_start"]
 
 
 @contextmanager

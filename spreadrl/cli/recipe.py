@@ -7,6 +7,7 @@ step exits 0 with the command that resumes. One function keeps the two in step.
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -21,8 +22,14 @@ def run_recipe(
     config: Path | None,
     overrides: list[str] | None,
     print_config: bool,
+    resume: bool = False,
 ) -> None:
-    """Resolve `config` + `overrides` into `config_type`, then print it or train with it."""
+    """Resolve `config` + `overrides` into `config_type`, then print it or train with it.
+
+    ``resume`` (``--resume``) continues the run in ``output_dir`` although settings that
+    are safe to change (``steps``, logging, checkpoint cadence) differ from its
+    ``run.json``; the same settings resume without it.
+    """
     from spreadrl.cli.console import plain
     from spreadrl.cli.outdir import TRAINING_RESULTS, removed_if_failed_start
     from spreadrl.cli.resume import print_stopped
@@ -39,6 +46,10 @@ def run_recipe(
     use_expandable_segments(getattr(getattr(cfg, "rollout", None), "backend", None))
     # a start that fails (a bad model path, a bad data row) leaves no output folder
     with removed_if_failed_start(Path(cfg.output_dir), TRAINING_RESULTS):
+        if resume and os.environ.get("RANK", "0") == "0":  # torchrun: the main rank records
+            from spreadrl.train.run_identity import claim_training_folder
+
+            claim_training_folder(cfg, resume_changes=True)
         try:
             final = train(cfg, console=console)
         except RunStopped as stopped:  # SIGINT / SIGTERM: a whole step saved; exit 0

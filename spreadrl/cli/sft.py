@@ -11,9 +11,20 @@ def sft(
     overrides: list[str] = typer.Argument(
         None, help="Dotted overrides, e.g. optim.lr=1e-5 steps=100."
     ),
-    config: Path = typer.Option(None, "--config", "-c", help="YAML recipe (see configs/)."),
+    config: Path = typer.Option(
+        None,
+        "--config",
+        "-c",
+        help="YAML recipe, or a shipped recipe's name (spreadrl config list).",
+    ),
     print_config: bool = typer.Option(
         False, "--print-config", help="Print the resolved config and exit."
+    ),
+    resume: bool = typer.Option(
+        False,
+        "--resume",
+        help="Continue the run in output_dir with changed steps, epochs, logging or checkpoint "
+        "cadence (the same settings resume without it; other changes need a new output_dir).",
     ),
 ) -> None:
     """Fine-tune on multi-turn agent trajectories (loss on assistant tokens only).
@@ -30,4 +41,4 @@ def sft(
     from spreadrl.train.config import SFTConfig
     from spreadrl.train.sft import train_sft
 
-    run_recipe("sft", SFTConfig, train_sft, config, overrides, print_config)
+    run_recipe("sft", SFTConfig, train_sft, config, overrides, print_config, resume)

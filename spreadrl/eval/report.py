@@ -56,6 +56,50 @@ def _breakdown(trajs: Sequence[Trajectory], key: str) -> dict[str, dict[str, flo
     return out
 
 
+TOO_LONG = "prompt_too_long"
+
+
+def _too_long(trajs: Sequence[Trajectory]) -> dict[str, Any]:
+    """The episodes whose first prompt did not fit: how many, their lengths, and the limit."""
+    hit = [t for t in trajs if t.stop_reason == TOO_LONG]
+    lengths = [int(t.metadata["prompt_tokens"]) for t in hit if "prompt_tokens" in t.metadata]
+    limits: dict[str, int] = {}
+    for t in hit:
+        limits.update(t.metadata.get("prompt_limit") or {})
+    if not hit:
+        return {}
+    return {
+        "episodes": len(hit),
+        "shortest_prompt": min(lengths, default=None),
+        "longest_prompt": max(lengths, default=None),
+        "limits": limits,
+    }
+
+
+def no_episode_started(report: dict[str, Any]) -> str | None:
+    """Why no episode of an eval reached the model, as one line; None when some did.
+
+    An eval whose prompts are all longer than the model's context (or the prompt
+    budget) scores 0% without running the model once: that is a setup error, not
+    a measurement.
+    """
+    if not report.get("episodes") or report.get("episodes_started", 1) > 0:
+        return None
+    too_long = report.get("prompt_too_long") or {}
+    if not too_long:
+        return f"no episode started: all {report['episodes']} ended before the first turn"
+    lo, hi = too_long.get("shortest_prompt"), too_long.get("longest_prompt")
+    sizes = "of unknown length" if lo is None or hi is None else f"{lo:,}-{hi:,} tokens"
+    sizes = f"{lo:,} tokens" if lo is not None and lo == hi else sizes
+    limits = " and ".join(f"{v:,} ({k})" for k, v in too_long.get("limits", {}).items())
+    return (
+        f"no episode started: every prompt ({too_long['episodes']} episodes, {sizes}) "
+        f"is longer than {limits or 'the limit'}; shorten the prompt (the recipe the model "
+        "was trained with: --config RECIPE, a smaller env.tools preset, env.overview=none) "
+        "or use a model with a longer context"
+    )
+
+
 MAX_ERRORS = 50
 """Episode errors listed in a report (all are counted in ``episode_errors``)."""
 
@@ -95,6 +139,9 @@ def build_report(
         # an eval with errors did not measure the model on those cases
         "errors": [{"episode": t.key, "error": t.error} for t in trajs if t.error][:MAX_ERRORS],
         "stop_reasons": dict(Counter(t.stop_reason for t in trajs).most_common()),
+        # an episode whose prompt did not fit never reached the model: it measured nothing
+        "episodes_started": sum(1 for t in trajs if t.stop_reason != TOO_LONG and not t.error),
+        "prompt_too_long": _too_long(trajs),
         "per_case": {f"{tid}/{case}": sum(v) / len(v) for (tid, case), v in by_case.items()},
     }
     if extra:

@@ -38,6 +38,7 @@ from transformers import (
 
 from spreadrl.errors import ConfigError, SpreadrlError
 from spreadrl.models.compat import peft_wrapping
+from spreadrl.run_folder import check_output_folder
 
 log = logging.getLogger(__name__)
 
@@ -99,12 +100,7 @@ def _prepare_out(out: Path, overwrite: bool, sources: list[Path]) -> Path:
             raise SpreadrlError(
                 f"--out {out} overlaps the input {src}; choose an output folder outside it"
             )
-    if out.exists() and not out.is_dir():
-        raise SpreadrlError(f"--out {out} exists and is not a folder")
-    if out.is_dir() and any(out.iterdir()) and not overwrite:
-        raise SpreadrlError(
-            f"--out {out} is not empty; pass --overwrite (overwrite=True) to replace it"
-        )
+    check_output_folder(out, overwrite=overwrite)
     tmp = out.parent / f".tmp-{out.name}"
     if tmp.exists():
         shutil.rmtree(tmp)

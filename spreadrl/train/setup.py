@@ -36,6 +36,7 @@ from spreadrl.train.config import (
 from spreadrl.train.distributed import DistInfo, cleanup, init_distributed
 from spreadrl.train.levers import apply_model_levers
 from spreadrl.train.precision import Precision, resolve_precision
+from spreadrl.train.run_identity import claim_training_folder, cut_back_logs
 from spreadrl.train.timeouts import collective_timeout_s
 from spreadrl.train.tracking import MetricsLog, build_metrics_log
 
@@ -119,6 +120,8 @@ class Run:
         device = resolve_device(cfg.device)
         info = init_distributed(device, timeout_s=collective_timeout_s(cfg))
         out = Path(cfg.output_dir)
+        if info.is_main:  # one run per folder: refuse another run's folder (run.json)
+            claim_training_folder(cfg)
         out.mkdir(parents=True, exist_ok=True)
         if info.is_main:
             (out / "config.yaml").write_text(dump_config(cfg))
@@ -131,6 +134,8 @@ class Run:
         resume_from = latest_checkpoint(root)
         if resume_from is not None and info.is_main:
             console.print(f"resuming from {resume_from} at step {checkpoint_step(resume_from)}")
+        if info.is_main:  # the steps after the checkpoint are logged again: no row twice
+            cut_back_logs(out, checkpoint_step(resume_from) if resume_from else 0)
         return cls(
             info=info,
             precision=resolve_precision(cfg.model.dtype, device, lora=cfg.model.lora.enabled),

@@ -11,6 +11,7 @@ from spreadrl.errors import SpreadrlError
 from spreadrl.models.init import load_model_and_tokenizer
 from spreadrl.rollout.scripted import format_tool_call
 from spreadrl.train.config import SFTConfig
+from spreadrl.train.run_identity import claim_training_folder
 from spreadrl.train.sft import train_sft
 from spreadrl.train.sft_data import encode_conversation, load_sft_dataset
 from tests.rollout.fakes import SCHEMAS
@@ -116,7 +117,7 @@ def test_sft_learns_and_resumes_exactly(tiny_model_dir, tmp_path):
     train_sft(
         _cfg(tiny_model_dir, data, tmp_path / "c", 2, ["checkpoint.every_steps=1"]), console=quiet
     )
-    train_sft(
-        _cfg(tiny_model_dir, data, tmp_path / "c", 3, ["checkpoint.every_steps=1"]), console=quiet
-    )
+    longer = _cfg(tiny_model_dir, data, tmp_path / "c", 3, ["checkpoint.every_steps=1"])
+    claim_training_folder(longer, resume_changes=True)  # what `spreadrl sft --resume` does
+    train_sft(longer, console=quiet)
     assert _losses(tmp_path / "c")[2] == pytest.approx(_losses(tmp_path / "b")[2], rel=1e-6)

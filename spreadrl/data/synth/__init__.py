@@ -30,6 +30,7 @@ from spreadrl.data.synth.base import (
 )
 from spreadrl.data.task import Task, TaskCase, TaskSet, load_tasks, write_dataset_index
 from spreadrl.errors import SpreadrlError
+from spreadrl.run_folder import check_output_folder
 
 log = logging.getLogger(__name__)
 
@@ -136,10 +137,9 @@ def synthesize(
     if cases is not None and not 1 <= cases <= 3:
         raise SpreadrlError(f"cases must be 1, 2 or 3, got {cases}")
     chosen = _select(families, difficulty)
+    check_output_folder(out, overwrite=overwrite)  # a file, or a folder not empty: refused
     if out.exists() and any(out.iterdir()):
-        if not overwrite:
-            raise SpreadrlError(f"{out} is not empty; choose a new folder or pass overwrite")
-        shutil.rmtree(out)
+        shutil.rmtree(out)  # --overwrite: the user asked for it
     out.mkdir(parents=True, exist_ok=True)
     order = list(chosen)
     random.Random(f"order:{seed}").shuffle(order)

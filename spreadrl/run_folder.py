@@ -1,0 +1,358 @@
+"""One rule for the folders and files a command writes: never mix, overwrite or delete another run.
+
+Every command that writes a run folder (``eval``, ``sft``, ``grpo``, ``demo``)
+claims it with :func:`claim_run_folder` before it writes anything else:
+
+- the folder records what produced it in ``run.json``: the command, the
+  settings that decide its results (resolved config, model, tasks, backend,
+  samples), their digest, and the versions that ran it;
+- a folder holding the same run (same command, same settings) is resumed; one
+  holding another run, or files that are no run of ours, is refused with one
+  line naming what is there, each setting that differs, and what to pass;
+- ``resume_changes`` (the commands' ``--resume``) lets a run continue with
+  changes only to the settings its command declares safe (``steps``, logging);
+  the changes are recorded in ``run.json``, so the folder still says what
+  produced every step;
+- a refusal never deletes anything.
+
+Commands that write one artifact (``model init``, ``merge``, ``data synth``,
+``data sft-build``) use :func:`check_output_folder` / :func:`check_output_file`:
+an existing output is refused unless ``--overwrite`` is given.
+
+On resume, :func:`cut_back_jsonl` drops the log rows written after the
+checkpoint a run resumes from, so no step is logged twice. This module sits in
+the low layer (beside ``config`` and ``errors``) so data, eval, train, the demo
+and the command line all use the same rule.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import sys
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+from spreadrl.errors import SpreadrlError
+
+RUN_FILE = "run.json"
+"""The record of what produced a run folder."""
+
+_VERSIONED = ("torch", "transformers", "vllm")
+
+
+@dataclass(frozen=True)
+class RunIdentity:
+    """What decides a run's results: its command and its settings (flat ``key -> value``).
+
+    ``safe`` names the settings (a key, or a prefix ending in ``.``) that a resumed
+    run may change with ``--resume``; ``files`` are the names the run writes, each
+    of which is a result once it is non-empty; ``summary`` (model, tasks, backend,
+    samples) is what a refusal shows of the run a folder holds.
+    """
+
+    command: str
+    settings: Mapping[str, Any]
+    files: tuple[str, ...] = ()
+    safe: tuple[str, ...] = ()
+    summary: Mapping[str, Any] = field(default_factory=dict)
+
+    @property
+    def digest(self) -> str:
+        return settings_digest(self.settings)
+
+    def is_safe(self, key: str) -> bool:
+        return any(key == s or (s.endswith(".") and key.startswith(s)) for s in self.safe)
+
+
+@dataclass
+class Claim:
+    """A run folder claimed for one run: new, or resumed (with the changes accepted)."""
+
+    folder: Path
+    resumed: bool
+    changes: dict[str, tuple[Any, Any]] = field(default_factory=dict)
+
+
+def flatten(data: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
+    """``{"a": {"b": 1}}`` -> ``{"a.b": 1}``; lists and scalars are leaves (as JSON)."""
+    flat: dict[str, Any] = {}
+    for key, value in data.items():
+        name = f"{prefix}{key}"
+        if isinstance(value, Mapping) and value:
+            flat.update(flatten(value, name + "."))
+        else:
+            flat[name] = json.loads(json.dumps(value, default=str))
+    return flat
+
+
+def settings_digest(settings: Mapping[str, Any]) -> str:
+    """A short stable digest of ``settings`` (sha256 of their sorted JSON)."""
+    text = json.dumps(dict(settings), sort_keys=True, default=str)
+    return hashlib.sha256(text.encode()).hexdigest()[:16]
+
+
+def versions() -> dict[str, str]:
+    """spreadrl's, Python's and the model stack's versions (recorded, never compared)."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    found = {"python": sys.version.split()[0]}
+    for name in ("spreadrl", *_VERSIONED):
+        try:
+            found[name] = version(name)
+        except PackageNotFoundError:
+            continue
+    return found
+
+
+def has_results(folder: Path, results: Iterable[str]) -> bool:
+    """Whether any of ``results`` in ``folder`` is a non-empty file or folder."""
+    for name in results:
+        path = folder / name
+        if path.is_file() and path.stat().st_size > 0:
+            return True
+        if path.is_dir() and any(path.iterdir()):
+            return True
+    return False
+
+
+def _listing(folder: Path, limit: int = 4) -> str:
+    names = sorted(p.name + ("/" if p.is_dir() else "") for p in folder.iterdir())
+    more = f", ... ({len(names)} entries)" if len(names) > limit else ""
+    return ", ".join(names[:limit]) + more
+
+
+def read_record(folder: Path) -> dict[str, Any] | None:
+    """``folder/run.json`` as a dict; None when there is none; an error when unreadable."""
+    path = folder / RUN_FILE
+    if not path.is_file():
+        return None
+    try:
+        record = json.loads(path.read_text())
+    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+        raise SpreadrlError(f"{path}: not a spreadrl run record ({exc}); move it away") from exc
+    if not isinstance(record, dict) or not isinstance(record.get("settings"), dict):
+        raise SpreadrlError(f"{path}: not a spreadrl run record (no settings); move it away")
+    return record
+
+
+def describe_record(record: Mapping[str, Any]) -> str:
+    """``eval of model 'runs/a', tasks 'builtin:demo-test', 4 samples`` for a refusal."""
+    summary = record.get("summary") or {}
+    parts = [f"{key} {value!r}" for key, value in summary.items() if value is not None]
+    shown = ", ".join(parts) or f"settings {record.get('digest', '?')}"
+    return f"a {record.get('command', '?')} run ({shown})"
+
+
+def differences(old: Mapping[str, Any], new: Mapping[str, Any]) -> dict[str, tuple[Any, Any]]:
+    """Each setting whose value differs (a key only one side has reads as None on the other)."""
+    keys = sorted(set(old) | set(new))
+    return {k: (old.get(k), new.get(k)) for k in keys if old.get(k) != new.get(k)}
+
+
+def _shown(changes: Mapping[str, tuple[Any, Any]], limit: int = 8) -> str:
+    items = [f"{k} {a!r} -> {b!r}" for k, (a, b) in changes.items()]
+    more = f", and {len(items) - limit} more" if len(items) > limit else ""
+    return ", ".join(items[:limit]) + more
+
+
+def claim_run_folder(
+    folder: Path,
+    identity: RunIdentity,
+    *,
+    resume_changes: bool = False,
+    elsewhere: str = "--out NEW_FOLDER",
+    write: bool = True,
+) -> Claim:
+    """Check ``folder`` may hold this run, record it in ``run.json``; say whether it resumes.
+
+    Args:
+        folder: the run folder (created when missing).
+        identity: what this run is.
+        resume_changes: the command's ``--resume``: continue the run in ``folder``
+            although settings in ``identity.safe`` changed (others never may).
+        elsewhere: how the command is pointed at another folder, for the messages.
+        write: False on the ranks of a distributed run that only follow the main one.
+
+    Raises:
+        SpreadrlError: ``folder`` is a file, holds another run, holds files that are
+            no spreadrl run, or ``resume_changes`` was given with nothing to resume.
+    """
+    if folder.exists() and not folder.is_dir():
+        raise SpreadrlError(f"{folder} is a file, not a folder; choose a folder ({elsewhere})")
+    record = read_record(folder) if folder.is_dir() else None
+    # what counts as a result is the recorded run's own (an eval's folder may hold a grpo run)
+    files = (record or {}).get("files") or identity.files
+    started = folder.is_dir() and has_results(folder, files)
+    if record is None or not started:
+        _check_unclaimed(folder, identity, record, resume_changes, elsewhere)
+        claim = Claim(folder, resumed=False)
+        if write:
+            _write_record(folder, identity, history=[])
+        return claim
+    changes = _check_same_run(folder, identity, record, resume_changes, elsewhere)
+    if write:
+        history = list(record.get("history") or [])
+        if changes:
+            history.append({"at": _now(), "changes": {k: list(v) for k, v in changes.items()}})
+        _write_record(folder, identity, history=history, created=record.get("created"))
+    return Claim(folder, resumed=True, changes=changes)
+
+
+def _check_unclaimed(
+    folder: Path,
+    identity: RunIdentity,
+    record: dict[str, Any] | None,
+    resume_changes: bool,
+    elsewhere: str,
+) -> None:
+    """A folder with no results of a run: refuse files that are not ours, and --resume."""
+    if resume_changes:
+        raise SpreadrlError(
+            f"--resume: {folder} holds no {identity.command} run to resume; drop --resume to "
+            "start one"
+        )
+    if record is not None or not folder.is_dir():
+        return  # a run that recorded itself and wrote no result yet: take it over
+    if any(folder.iterdir()):
+        raise SpreadrlError(
+            f"{folder} is not empty and holds no spreadrl run record ({RUN_FILE}): "
+            f"{_listing(folder)}; a new run needs a new or empty folder ({elsewhere}); "
+            "nothing was changed"
+        )
+
+
+def _check_same_run(
+    folder: Path,
+    identity: RunIdentity,
+    record: dict[str, Any],
+    resume_changes: bool,
+    elsewhere: str,
+) -> dict[str, tuple[Any, Any]]:
+    """The accepted changes when ``record`` is this run; else the error naming each difference."""
+    if record.get("command") != identity.command:
+        raise SpreadrlError(
+            f"{folder} holds {describe_record(record)}; a {identity.command} run needs its own "
+            f"folder ({elsewhere}); nothing was changed"
+        )
+    changes = differences(record["settings"], identity.settings)
+    if not changes:
+        return changes
+    unsafe = {k: v for k, v in changes.items() if not identity.is_safe(k)}
+    if unsafe:
+        raise SpreadrlError(
+            f"{folder} holds another {describe_record(record)}: this run differs in "
+            f"{_shown(unsafe)}; resume it with its own settings, or start this one in "
+            f"another folder ({elsewhere}); nothing was changed"
+        )
+    if not resume_changes:
+        raise SpreadrlError(
+            f"{folder} holds this {identity.command} run with other settings: {_shown(changes)}; "
+            "pass --resume to continue it with these changes, or start a new run in another "
+            f"folder ({elsewhere})"
+        )
+    return changes
+
+
+def _now() -> str:
+    return datetime.now(UTC).isoformat(timespec="seconds")
+
+
+def _write_record(
+    folder: Path,
+    identity: RunIdentity,
+    *,
+    history: list[dict[str, Any]],
+    created: str | None = None,
+) -> None:
+    folder.mkdir(parents=True, exist_ok=True)
+    record = {
+        "command": identity.command,
+        "digest": identity.digest,
+        "created": created or _now(),
+        "versions": versions(),
+        "summary": dict(identity.summary),
+        "files": list(identity.files),
+        "settings": dict(identity.settings),
+        "history": history,
+    }
+    tmp = folder / f".{RUN_FILE}.{os.getpid()}.tmp"
+    tmp.write_text(json.dumps(record, indent=2, default=str) + "\n")
+    tmp.replace(folder / RUN_FILE)
+
+
+def cut_back_jsonl(path: Path, step: int) -> int:
+    """Keep the rows of ``path`` logged at or before ``step``; return how many were dropped.
+
+    A resumed run logs again every step after its checkpoint, so the rows the
+    interrupted run wrote after it would appear twice. A row without a ``step``
+    is kept; a torn line (a write cut by a kill) is dropped.
+    """
+    if not path.is_file():
+        return 0
+    kept: list[str] = []
+    dropped = 0
+    for line in path.read_text(errors="replace").splitlines():
+        try:
+            row = json.loads(line)
+        except json.JSONDecodeError:
+            dropped += 1
+            continue
+        row_step = row.get("step") if isinstance(row, dict) else None
+        if isinstance(row_step, int) and row_step > step:
+            dropped += 1
+            continue
+        kept.append(line)
+    if dropped:
+        tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+        tmp.write_text("".join(line + "\n" for line in kept))
+        tmp.replace(path)
+    return dropped
+
+
+def check_output_folder(out: Path, *, overwrite: bool, flag: str = "--out") -> None:
+    """Refuse an output folder that is a file, or holds anything, unless ``overwrite``."""
+    if out.exists() and not out.is_dir():
+        raise SpreadrlError(f"{flag} {out} is a file, not a folder")
+    if out.is_dir() and any(out.iterdir()) and not overwrite:
+        raise SpreadrlError(
+            f"{flag} {out} is not empty ({_listing(out)}); choose a new folder or pass "
+            "--overwrite to replace it"
+        )
+
+
+def check_output_file(path: Path, *, overwrite: bool, flag: str = "--out") -> None:
+    """Refuse an output file that is a folder, or exists, unless ``overwrite``."""
+    if path.is_dir():
+        raise SpreadrlError(f"{flag} {path} is a folder; give a file path (e.g. {path}/rows.jsonl)")
+    if path.exists() and not overwrite:
+        raise SpreadrlError(
+            f"{flag} {path} exists; choose a new file or pass --overwrite to replace it"
+        )
+    if path.parent.exists() and not path.parent.is_dir():
+        raise SpreadrlError(f"{flag} {path}: {path.parent} is a file, not a folder")
+
+
+def remove_owned(folder: Path, names: Sequence[str]) -> list[str]:
+    """Delete ``names`` (files or folders) in ``folder``, and nothing else; return those removed.
+
+    For a command that owns fixed entries of its folder (the demo's stages):
+    anything else in the folder is left as it is.
+    """
+    import shutil
+
+    removed = []
+    for name in names:
+        path = folder / name
+        if path.is_dir() and not path.is_symlink():
+            shutil.rmtree(path)
+        elif path.exists() or path.is_symlink():
+            path.unlink()
+        else:
+            continue
+        removed.append(name)
+    return removed
