@@ -95,6 +95,10 @@ def serve(
     )
     if view is not None and not view.is_dir():
         raise SpreadrlError(f"--view {view}: not a folder; pass a run folder such as runs/demo")
+    if work_dir is not None:  # a file in its place: one line before the model loads
+        from spreadrl.run_folder import check_output_folder
+
+        check_output_folder(work_dir, overwrite=True, flag="--work-dir")
     policy, tokenizer = load_policy(backend, model, device=device, max_model_len=max_model_len)
     try:
         app = create_app(settings, policy, tokenizer, work_dir=work_dir, view_dir=view)
