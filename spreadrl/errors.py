@@ -27,6 +27,12 @@ class MissingDependencyError(SpreadrlError):
     """An optional dependency is needed: the message names the extra to install."""
 
 
+class RunHalted(SpreadrlError):
+    """A training run stopped because going on would not train what was asked: too many
+    crashed episodes, or no group to learn from for several steps. The message is one
+    line that names the step, the figures and the setting that decided."""
+
+
 class RunStopped(Exception):  # noqa: N818 -- an outcome, not an error
     """A training run stopped on a signal after saving a resumable checkpoint.
 

@@ -43,8 +43,15 @@ def check_engine_name(name: str, where: str) -> None:
 class EnvConfig(Section):
     """Settings of the environment (defaults follow the public gym)."""
 
-    kind: Literal["spreadsheet", "code"] = option(
-        "spreadsheet", "Which environment: the gym or math/code."
+    kind: Literal["spreadsheet", "code", "openenv"] = option(
+        "spreadsheet",
+        "Which environment: the gym, math/code, or an OpenEnv server at env.url "
+        "(docs/environments.md).",
+    )
+    url: str | None = option(
+        None,
+        "env.kind openenv: the OpenEnv server (http://host:port), e.g. `spreadrl env serve`; "
+        "its tools, observations and reward replace the gym's.",
     )
     tools: str | list[str] = option(
         "full",
@@ -155,6 +162,7 @@ class EnvConfig(Section):
                 f"env.tools is {tools!r}"
             )
         check_engine_name(self.engine, "env.engine")
+        self._check_openenv()
         for name in (
             "max_workbook_mb",
             "max_workbook_member_mb",
@@ -182,3 +190,14 @@ class EnvConfig(Section):
                 f"env.max_observation_chars must be at least {CODE_MIN_OBSERVATION_CHARS} "
                 f"with env.kind=code, got {self.max_observation_chars}"
             )
+
+    def _check_openenv(self) -> None:
+        """env.url goes with env.kind openenv, and is an http(s) or ws(s) address."""
+        if self.kind == "openenv":
+            if not self.url or not self.url.startswith(("http://", "https://", "ws://", "wss://")):
+                raise ConfigError(
+                    "env.kind openenv needs env.url, the OpenEnv server's address "
+                    f"(http://host:port), got {self.url!r}"
+                )
+        elif self.url:
+            raise ConfigError(f"env.url applies to env.kind openenv only; env.kind is {self.kind}")

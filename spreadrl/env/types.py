@@ -24,7 +24,7 @@ from spreadrl.data.task import Task
 class EndReason(StrEnum):
     """Why an episode ended. ``ANSWERED`` is the only one the agent chose itself
     (Gymnasium's ``terminated``); the budgets are ``truncated``; ``ERROR`` is a bug
-    or a crashed worker, with the traceback text in ``Trajectory.error``.
+    or a crashed worker: ``Trajectory.error`` says it in one line, ``Trajectory.traceback`` in full.
 
     A StrEnum: it compares equal to its value and is written to JSON as text.
     """

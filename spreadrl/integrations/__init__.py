@@ -1,8 +1,7 @@
 """The Spreadsheet Gym behind other projects' environment standards.
 
-OpenEnv (``openenv_env``, ``openenv_server``, ``openenv_client``), TRL's
-``environment_factory`` (``trl_env``) and verifiers (``verifiers_env``). Each
-adapter imports its upstream package inside the module, so the core install
-never needs them; they are the ``openenv`` and ``verifiers`` extras
-(docs/environments.md).
+OpenEnv (``openenv_env``, ``openenv_server``, ``openenv_client``) and TRL's
+``environment_factory`` over it (``trl_env``). The command line and the rest of
+the package import these modules only when used, so the core install never
+needs openenv-core: it is the ``openenv`` extra (docs/environments.md).
 """

@@ -163,6 +163,11 @@ class SpreadsheetEnvironment(
     ) -> SpreadsheetObservation:
         """Run the tool call, or end and score the episode on ``answer``."""
         if self._episode is None:
+            if self._state.end_reason == EndReason.MAX_TOOL_CALLS:  # the gym's own words
+                return self._error(
+                    "the episode's budget is spent (max_tool_calls); give your final answer",
+                    done=True,
+                )
             return self._error("no episode is running: reset first", done=True)
         self._state.step_count += 1
         self._state.turn += 1
@@ -199,7 +204,11 @@ class SpreadsheetEnvironment(
         end = reason or result.stop_reason
         self._state.end_reason = str(end)
         self._state.reward = result.reward
-        mismatches = [f"{m.sheet}!{m.cell}" for m in result.mismatches]
+        mismatches = [
+            {"sheet": m.sheet, "cell": m.cell, "expected": _plain(m.expected),
+             "actual": _plain(m.actual), "reason": m.reason}
+            for m in result.mismatches[:50]
+        ]  # fmt: skip
         return SpreadsheetObservation(
             text=last or f"reward {result.reward:g}",
             done=True,
@@ -209,7 +218,7 @@ class SpreadsheetEnvironment(
                 "end_reason": str(end),
                 "tool_calls": result.tool_calls,
                 "tool_errors": result.tool_errors,
-                "mismatches": mismatches[:20],
+                "mismatches": mismatches,
             },
         )
 
@@ -227,3 +236,10 @@ class SpreadsheetEnvironment(
 def _public(info: dict[str, Any]) -> dict[str, Any]:
     """The reset info a client may see: not the server's folder paths."""
     return {k: v for k, v in info.items() if k not in ("episode_dir",)}
+
+
+def _plain(value: object) -> str | int | float | bool | None:
+    """A cell value as JSON carries it (dates and the like as text)."""
+    if value is None or isinstance(value, str | int | float | bool):
+        return value
+    return str(value)

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import logging
 import time
+import traceback
 from collections.abc import Sequence
 from concurrent.futures import Future
 from dataclasses import dataclass
@@ -218,7 +219,7 @@ def take_observations(
         try:
             result = item.result()
         except Exception as exc:  # a crashed worker fails only this episode
-            state.traj.error = f"{type(exc).__name__}: {exc}"
+            record_crash(state.traj, exc)
             state.end(EndReason.ERROR)
             return
         if not result.ok:
@@ -291,7 +292,7 @@ def start_episodes(
         try:
             obs = future.result()
         except Exception as exc:
-            traj.error = f"{type(exc).__name__}: {exc}"
+            record_crash(traj, exc)
             state = EpisodeState(job, traj, [], [])
             state.end(EndReason.ERROR)
             states.append(state)
@@ -420,7 +421,7 @@ def apply_result(state: EpisodeState, future: Future[EpisodeResult]) -> None:
     try:
         result = future.result()
     except Exception as exc:
-        traj.error = traj.error or f"{type(exc).__name__}: {exc}"
+        record_crash(traj, exc)
         traj.stop_reason = EndReason.ERROR
         traj.env_reward, traj.reward, traj.passed = 0.0, 0.0, False
         return
@@ -441,6 +442,19 @@ def apply_result(state: EpisodeState, future: Future[EpisodeResult]) -> None:
     ]
     traj.metadata["output_path"] = result.output_path
     traj.timings["wall_s"] = state.elapsed_s()
+
+
+def record_crash(traj: Trajectory, exc: BaseException) -> None:
+    """Keep what failed in the trajectory: ``error`` (one line) and the whole ``traceback``.
+
+    The first failure wins (finishing an episode that already crashed fails too). The
+    traceback is the exception's own plus the worker's, which the pool attaches as a
+    note (:func:`spreadrl.env.pool._portable_exception`): a bug in a tool is found from
+    the trajectory, not taken for the model's mistake."""
+    if traj.error is None:
+        traj.error = f"{type(exc).__name__}: {exc}"
+    if traj.traceback is None:
+        traj.traceback = "".join(traceback.format_exception(exc))
 
 
 def _jsonable(value: object) -> str | int | float | bool | None:

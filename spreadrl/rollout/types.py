@@ -16,6 +16,8 @@ from spreadrl.env.types import EndReason
 from spreadrl.rollout.config import RolloutConfig
 
 STOP_REASONS = tuple(reason.value for reason in EndReason)
+CRASHES = frozenset({EndReason.ERROR, EndReason.ABORTED, EndReason.LOST_REQUEST})
+"""End reasons that say nothing of the model: a tool, worker, environment or engine failed."""
 
 
 @dataclass(frozen=True)
@@ -126,9 +128,16 @@ class Trajectory:
     reward: float = 0.0  # the reward trained on: env_reward, or shaped by the recipe
     passed: bool = False
     mismatches: list[dict[str, Any]] = field(default_factory=list)
-    error: str | None = None
+    error: str | None = None  # one line: the exception's type and message
+    traceback: str | None = None  # the whole traceback of a crash (the worker's too)
     timings: dict[str, float] = field(default_factory=dict)
     metadata: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def crashed(self) -> bool:
+        """The episode ended on a failure outside the model (:data:`CRASHES`): its reward
+        measures the failure, so training must not take it for the model's doing."""
+        return self.stop_reason in CRASHES
 
     @property
     def key(self) -> str:
@@ -139,6 +148,8 @@ class Trajectory:
         data = asdict(self)
         if not data["response_versions"]:  # a synchronous run writes what it always wrote
             data.pop("response_versions")
+        if data["traceback"] is None:  # so does an episode that did not crash
+            data.pop("traceback")
         if not with_tokens:
             for name in ("prompt_ids", "response_ids", "response_mask", "rollout_logprobs"):
                 data.pop(name)

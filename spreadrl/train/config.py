@@ -207,6 +207,22 @@ class DynamicSamplingConfig(Section):
         "drop them, or refill the batch with new groups.",
     )
     max_refill_rounds: int = option(2, "Extra rollout rounds when refilling.")
+    max_crashed_fraction: float = option(
+        0.05,
+        "Stop the run when more than this fraction of a step's episodes crashed (a tool, "
+        "worker, environment or engine failed); groups with a crash are never trained on.",
+    )
+    max_untrained_steps: int = option(
+        3, "Stop the run after this many steps in a row that kept no group (0 = never stop)."
+    )
+
+    def validate(self) -> None:
+        if not 0.0 <= self.max_crashed_fraction <= 1.0 or self.max_untrained_steps < 0:
+            raise ConfigError(
+                "sampling.max_crashed_fraction must be in [0, 1] and "
+                "sampling.max_untrained_steps >= 0, got "
+                f"{self.max_crashed_fraction}, {self.max_untrained_steps}"
+            )
 
 
 @dataclass(frozen=True)

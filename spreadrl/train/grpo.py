@@ -28,6 +28,7 @@ from spreadrl.train.rollout_sources import open_rollouts
 from spreadrl.train.rollouts import to_samples
 from spreadrl.train.setup import Run
 from spreadrl.train.signals import StopSignals
+from spreadrl.train.step_checks import StepChecks
 from spreadrl.train.step_metrics import report_step, step_metrics
 
 
@@ -63,10 +64,12 @@ def train_grpo(
     # SIGINT / SIGTERM: every rank stops after the same step, then saves it
     signals = StopSignals(info.rank if info.enabled else None)
     signals.install()
+    checks = StepChecks(cfg.sampling)
     try:
         for step in range(learner.start + 1, cfg.steps + 1):
             t_step = time.perf_counter()
             (trajs, advantages, keep, rewards, timings), sampler_state = rollouts.next(step)
+            checks.crashes(step, trajs)  # too many: stop before training on the step
             samples = to_samples(trajs, advantages, keep, cfg.rollout.group_size)
             update, train_timings = learner.train(step, trajs, samples, rollouts)
             metrics = {
@@ -84,6 +87,7 @@ def train_grpo(
             )
             metrics.update(rollouts.held_out(step))
             report_step(run, step, cfg.steps, metrics, trajs, rewards, cfg.logging)
+            checks.kept(step, keep)  # after the step's line, which says it trained nothing
             extra: dict[str, object] = {"sampler": sampler_state}
             saved = run.maybe_save(step, learner.checkpointed, extra)
             if step < cfg.steps and (signal_name := signals.requested(info)):

@@ -1,4 +1,7 @@
-"""The RL loss pieces as pure tensor functions (shapes [batch, tokens] unless said).
+"""The RL loss as pure tensor functions (shapes [batch, tokens] unless said).
+
+:func:`grpo_token_loss` is GRPO's whole loss, assembled from the pieces above it
+(the clipped policy term, TIS weights, the KL estimate, masked means).
 
 Every function takes per-token tensors aligned with the targets and a 0/1
 ``mask`` of the tokens the policy produced; masked positions (prompt, tool
@@ -8,6 +11,8 @@ responses, padding) never reach the loss or the gradient.
 from __future__ import annotations
 
 import torch
+
+from spreadrl.train.config import LossConfig
 
 
 def masked_mean(values: torch.Tensor, mask: torch.Tensor, dim: int | None = None) -> torch.Tensor:
@@ -98,3 +103,51 @@ def tis_weights(
     """
     with torch.no_grad():
         return torch.clamp(torch.exp(old_logp - rollout_logp), max=cap)
+
+
+def grpo_token_loss(
+    logp: torch.Tensor,
+    old_logp: torch.Tensor,
+    advantages: torch.Tensor,
+    mask: torch.Tensor,
+    loss: LossConfig,
+    *,
+    rollout_logp: torch.Tensor | None = None,
+    ref_logp: torch.Tensor | None = None,
+    entropy: torch.Tensor | None = None,
+) -> tuple[torch.Tensor, dict[str, float]]:
+    """GRPO's whole loss on one batch of tokens, as ``loss`` (the recipe's section) sets it.
+
+    L = clipped policy term (clip-higher, dual clip ``loss.dual_clip_c``, aggregated per
+    ``loss.aggregation``), each token weighted by min(exp(old - rollout), ``tis_cap``)
+    when ``loss.tis`` is on and the rollout's log-probs are given (asynchronous GRPO's
+    decoupled behaviour weights: the recipe turns ``tis`` on), plus ``kl_coef`` x the
+    masked mean KL estimate against ``ref_logp`` (when given and ``kl_coef`` > 0),
+    minus ``entropy_coef`` x the masked mean ``entropy`` (when given: computed with grad
+    only when the bonus is on). Returns the loss and its metrics, ``loss`` last.
+    """
+    weights = None
+    if loss.tis and rollout_logp is not None:
+        weights = tis_weights(old_logp, rollout_logp, cap=loss.tis_cap)
+    total, metrics = policy_loss(
+        logp,
+        old_logp,
+        advantages,
+        mask,
+        clip_low=loss.clip_low,
+        clip_high=loss.clip_high,
+        dual_clip_c=loss.dual_clip_c,
+        aggregation=loss.aggregation,
+        tis_weights=weights,
+    )
+    if loss.kl_coef > 0 and ref_logp is not None:
+        kl = kl_penalty(logp, ref_logp, kind=loss.kl_estimator, clamp=loss.kl_clamp)
+        kl_mean = masked_mean(kl, mask)
+        total = total + loss.kl_coef * kl_mean
+        metrics["kl"] = float(kl_mean.detach())
+    if entropy is not None:
+        ent = masked_mean(entropy, mask)
+        total = total - loss.entropy_coef * ent
+        metrics["entropy"] = float(ent.detach())
+    metrics["loss"] = float(total.detach())
+    return total, metrics

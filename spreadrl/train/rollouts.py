@@ -3,8 +3,12 @@
 ``collect_rollouts`` runs ``rollout.prompts_per_step`` groups of
 ``rollout.group_size`` episodes, shapes each episode's reward (``reward``),
 computes group-relative advantages and, under dynamic sampling (``sampling``),
-marks or refills the groups whose rewards are all equal. ``to_samples`` turns
-the kept groups into training samples, token ids exactly as sampled.
+marks or refills the groups whose rewards are all equal. A group with a crashed
+episode (:attr:`~spreadrl.rollout.types.Trajectory.crashed`: a tool, worker or
+engine failed) is never kept, whatever the sampling mode: its reward measured
+the failure, and the advantages of its other episodes were taken against it.
+``to_samples`` turns the kept groups into training samples, token ids exactly
+as sampled.
 """
 
 from __future__ import annotations
@@ -115,11 +119,12 @@ def collect_rollouts(
     want = rollout.prompts_per_step // info.world_size  # divisible: check_world_size
     trajs: list[Trajectory] = []
     rewards_list: list[torch.Tensor] = []
+    crashed_list: list[torch.Tensor] = []
     parts_all: list[dict[str, float]] = []
     timings: dict[str, float] = {}
     rounds = 0
     while True:
-        count = want if rounds == 0 else want - _useful(rewards_list)
+        count = want if rounds == 0 else want - _useful(rewards_list, crashed_list)
         prompts = rank_slice(sampler.next(count * info.world_size), info)
         # a step may draw the same task twice (small sets, epoch boundaries): sample
         # numbers stay unique so every episode has its own id in the pool. They count
@@ -137,11 +142,12 @@ def collect_rollouts(
         rewards, parts = score_groups(batch.trajectories, G, reward, rollout.max_response_tokens)
         trajs += batch.trajectories
         rewards_list.append(rewards)
+        crashed_list.append(crashed_groups(batch.trajectories, G))
         parts_all += parts
         rounds += 1
         if (
             sampling.mode != "refill"
-            or _useful(rewards_list) >= want
+            or _useful(rewards_list, crashed_list) >= want
             or rounds > sampling.max_refill_rounds
         ):
             break
@@ -150,7 +156,7 @@ def collect_rollouts(
         nonconstant_groups(all_rewards)
         if sampling.mode in ("drop", "refill")
         else torch.ones(len(all_rewards), dtype=torch.bool)
-    )
+    ) & ~torch.cat(crashed_list)
     advantages = group_advantages(all_rewards)
     timings["refill_rounds"] = float(rounds - 1)  # extra rollout rounds (a metric, not a time)
     return StepRollouts(trajs, advantages, keep, parts_all, timings)
@@ -189,8 +195,20 @@ class Collector:
         )
 
 
-def _useful(rewards_list: list[torch.Tensor]) -> int:
-    return int(sum(int(nonconstant_groups(r).sum()) for r in rewards_list))
+def crashed_groups(trajs: list[Trajectory], group_size: int) -> torch.Tensor:
+    """bool [groups]: the groups holding a crashed episode (never trained on)."""
+    crashed = torch.tensor([t.crashed for t in trajs], dtype=torch.bool)
+    return crashed.view(-1, group_size).any(dim=1)
+
+
+def _useful(rewards_list: list[torch.Tensor], crashed_list: list[torch.Tensor]) -> int:
+    """Groups so far that carry signal and did not crash (what refilling counts)."""
+    return int(
+        sum(
+            int((nonconstant_groups(r) & ~c).sum())
+            for r, c in zip(rewards_list, crashed_list, strict=True)
+        )
+    )
 
 
 def to_samples(
@@ -204,6 +222,7 @@ def to_samples(
             not bool(keep_groups[i // group_size])
             or not any(t.response_mask)
             or t.stop_reason == "prompt_too_long"
+            or t.crashed  # its group is not kept either (collect_rollouts)
         ):
             continue
         ids = t.prompt_ids + t.response_ids

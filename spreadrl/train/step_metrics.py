@@ -25,6 +25,7 @@ def step_metrics(
         "tool_calls": sum(t.tool_calls for t in trajs) / n,
         "parse_errors": sum(t.parse_errors for t in trajs) / n,
         "prompt_too_long": float(sum(t.stop_reason == "prompt_too_long" for t in trajs)),
+        "episode_errors": float(sum(t.crashed for t in trajs)),  # their groups are dropped
         # episodes the environment ended scored 0: a refused workbook, a worker limit
         "workbook_refused": float(sum(t.stop_reason == "workbook_refused" for t in trajs)),
         "env_limit": float(sum(t.stop_reason == "env_limit" for t in trajs)),
@@ -51,6 +52,7 @@ _COUNTS = (
     "groups_kept",
     "trained_sequences",
     "prompt_too_long",
+    "episode_errors",
     "workbook_refused",
     "env_limit",
     "tokens_per_s",
@@ -93,17 +95,40 @@ def reduce_over_ranks(metrics: dict[str, float], trajectories: int) -> dict[str,
     return out
 
 
+LINE_WIDTH = 80
+"""The step line fits a terminal of this width: the fields that do not fit are left out."""
+
+
 def step_line(step: int, total: int, m: dict[str, float]) -> str:
-    """The step's console line."""
-    return (
-        f"step {step:>4}/{total}  reward {m['reward_mean']:+.3f}  pass {100 * m['pass_rate']:5.1f}%  "
-        f"len {m['response_tokens']:6.1f}  calls {m['tool_calls']:.2f}  "
-        f"clip {m.get('clip_frac_low', 0) + m.get('clip_frac_high', 0):.3f}  kl {m.get('kl', 0):.4f}  "
-        f"ent {m.get('entropy', 0):.3f}  gnorm {m.get('grad_norm', 0):.3f}  "
-        f"groups {int(m['groups_kept'])}/{int(m['groups'])}  "
-        f"t gen {m.get('generate_s', 0):.1f}s tools {m.get('tools_s', 0):.1f}s "
-        f"upd {m.get('update_s', 0):.1f}s"
-    )
+    """The step's console line, at most :data:`LINE_WIDTH` columns.
+
+    Fields in order of importance; from the first that would run past the width on,
+    they are left out (every figure is in metrics.jsonl). A step that kept no group says ``untrained``
+    and one with crashed episodes says how many, right after the groups."""
+    kept, groups = int(m["groups_kept"]), int(m["groups"])
+    fields = [
+        f"step {step:>{len(str(total))}}/{total}",
+        f"reward {m['reward_mean']:+.3f}",
+        f"pass {100 * m['pass_rate']:5.1f}%",
+        f"groups {kept}/{groups}" + (" untrained" if not kept else ""),
+    ]
+    if m.get("episode_errors"):
+        fields.append(f"crashed {int(m['episode_errors'])}")
+    fields += [
+        f"len {m['response_tokens']:.0f}",
+        f"gnorm {m.get('grad_norm', 0):.3f}",
+        f"{m.get('step_s', 0):.1f}s",
+    ]
+    if "kl" in m:
+        fields.append(f"kl {m['kl']:.4f}")
+    if "entropy" in m:
+        fields.append(f"ent {m['entropy']:.3f}")
+    line = fields[0]
+    for field in fields[1:]:
+        if len(line) + 2 + len(field) > LINE_WIDTH:
+            break  # the rest too: the fields keep their places from step to step
+        line += "  " + field
+    return line
 
 
 def report_step(

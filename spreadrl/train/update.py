@@ -12,7 +12,7 @@ the values equal the full rows' up to float rounding.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 
 import torch
@@ -31,7 +31,7 @@ from spreadrl.train.batching import (
 from spreadrl.train.config import GRPOOptimConfig, LossConfig
 from spreadrl.train.distributed import all_reduce
 from spreadrl.train.logprobs import sequence_logprobs
-from spreadrl.train.losses import kl_penalty, masked_mean, policy_loss, tis_weights
+from spreadrl.train.losses import grpo_token_loss
 
 
 @dataclass(frozen=True)
@@ -116,6 +116,96 @@ def _trained(sample: Sample) -> int:
     return int(sum(sample.mask[1:]))
 
 
+@dataclass(frozen=True)
+class MicroBatch:
+    """One forward/backward of the update: its samples and its loss's weight.
+
+    ``weight`` is the micro-batch's share of its mini-batch's trained tokens (or
+    sequences, seq-mean-token-mean) over all ranks, times the world size (FSDP
+    averages gradients over ranks). A padding micro-batch (``real`` False) holds the
+    2-token filler, weighted 0: it only keeps the ranks' collectives in step."""
+
+    samples: list[Sample]
+    weight: float
+    real: bool
+
+
+def micro_batch_plan(
+    samples: Sequence[Sample],
+    optim: GRPOOptimConfig,
+    *,
+    token_mean: bool,
+    generator: torch.Generator,
+    prefix_min: int,
+    pad_id: int,
+    world_size: int = 1,
+) -> Iterator[list[MicroBatch]]:
+    """One epoch over ``samples``: its mini-batches (one optimizer step each) in a
+    seeded random order, each as its token-budget micro-batches.
+
+    Every rank yields the same number of mini-batches and, within each, of micro-batches
+    (padding with filler ones), so the collectives of the update line up. A lazy
+    generator: each mini-batch's counts are reduced over ranks when it is reached."""
+    if optim.mini_batch_size:
+        size = max(1, optim.mini_batch_size // world_size)
+    else:  # one mini-batch: as large as the largest rank's share (ranks may hold unequal ones)
+        size = max(1, int(all_reduce(len(samples), op="max")))
+    filler = Sample(ids=[pad_id, pad_id], mask=[0, 0])
+    order = torch.randperm(len(samples), generator=generator).tolist()
+    n_mini = int(all_reduce(-(-len(order) // size), op="max"))
+    for m in range(n_mini):
+        mini = [samples[i] for i in order[m * size : (m + 1) * size]]
+        total = all_reduce(sum(_trained(s) for s in mini) if token_mean else len(mini))
+        packed = (
+            pack_by_tokens(mini, optim.micro_batch_tokens, shared_prefix_min=prefix_min)
+            if mini
+            else []
+        )
+        plan = []
+        for j in range(int(all_reduce(len(packed), op="max"))):
+            if j >= len(packed):  # this rank has fewer: a zero, graph-connected loss
+                plan.append(MicroBatch([filler], 0.0, real=False))
+                continue
+            chunk = [mini[i] for i in packed[j]]
+            share = sum(_trained(s) for s in chunk) if token_mean else len(chunk)
+            plan.append(MicroBatch(chunk, share / max(total, 1) * world_size, real=True))
+        yield plan
+
+
+def micro_batch_loss(
+    model: nn.Module,
+    batch: dict[str, torch.Tensor],
+    loss_cfg: LossConfig,
+    scoring: Scoring,
+) -> tuple[torch.Tensor, dict[str, float]]:
+    """The loss of one collated micro-batch under ``model`` (with grad), and its metrics.
+
+    The old log-probs are the batch's (the proximal pass), or this forward's own,
+    detached, when the step takes one optimizer step (the same weights)."""
+    logp, entropy = sequence_logprobs(
+        model,
+        batch,
+        scoring.temperature,
+        top_k=scoring.top_k,
+        top_p=scoring.top_p,
+        entropy=loss_cfg.entropy_coef > 0,
+        compute_dtype=scoring.compute_dtype,
+    )
+    device = logp.device
+    old = batch.get("old_logprobs")
+    rollout, ref = batch.get("rollout_logprobs"), batch.get("ref_logprobs")
+    return grpo_token_loss(
+        logp,
+        logp.detach() if old is None else old.to(device),
+        batch["advantages"].to(device),
+        batch["loss_mask"].to(device),
+        loss_cfg,
+        rollout_logp=None if rollout is None else rollout.to(device),
+        ref_logp=None if ref is None else ref.to(device),
+        entropy=entropy,
+    )
+
+
 def policy_update(
     model: nn.Module,
     optimizer: Optimizer,
@@ -129,99 +219,40 @@ def policy_update(
     seed: int = 0,
     world_size: int = 1,
 ) -> dict[str, float]:
-    """PPO-style epochs over mini-batches; returns averaged metrics of the step.
+    """PPO-style epochs over mini-batches (:func:`micro_batch_plan`); returns the step's
+    metrics, each averaged over the micro-batches (``grad_norm`` over optimizer steps).
 
-    Under data parallelism (``world_size`` > 1, FSDP averaging gradients over
-    ranks) each rank passes its own samples; the loss is normalised by the
-    global token (or sequence) count, so the step equals the single-process
-    step on all samples, and every rank runs the same number of mini- and
-    micro-batches (padding with zero-weight ones). Ranks may hold unequal numbers
-    of samples (dynamic sampling drops groups per rank): with ``mini_batch_size``
-    0 every rank still takes one optimizer step per epoch; with a mini-batch size
-    each rank takes ``mini_batch_size // world_size`` of its own samples per
-    mini-batch, and a rank that runs out pads with filler mini-batches.
+    Under data parallelism (``world_size`` > 1, FSDP averaging gradients over ranks)
+    each rank passes its own samples; the loss is normalised by the global token (or
+    sequence) count, so the step equals the single-process step on all samples. Ranks
+    may hold unequal numbers of samples (dynamic sampling drops groups per rank): with
+    ``mini_batch_size`` 0 every rank still takes one optimizer step per epoch; with a
+    mini-batch size each rank takes ``mini_batch_size // world_size`` of its own samples
+    per mini-batch, and a rank that runs out pads with filler mini-batches.
     """
     params = [p for p in model.parameters() if p.requires_grad]
     metrics: dict[str, list[float]] = {}
     generator = torch.Generator().manual_seed(seed)
-    if optim.mini_batch_size:
-        size = max(1, optim.mini_batch_size // world_size)
-    else:  # one mini-batch: as large as the largest rank's share (ranks may hold unequal ones)
-        size = max(1, int(all_reduce(len(samples), op="max")))
-    token_mean = loss_cfg.aggregation == "token-mean"
-    filler = Sample(ids=[pad_id, pad_id], mask=[0, 0])
     model.train()
     prefix_min = prefix_sharing(model, scoring.shared_prefix_min)
+    token_mean = loss_cfg.aggregation == "token-mean"
     for _ in range(optim.ppo_epochs):
-        order = torch.randperm(len(samples), generator=generator).tolist()
-        n_mini = int(all_reduce(-(-len(order) // size), op="max"))
-        for m in range(n_mini):
-            mini = [samples[i] for i in order[m * size : (m + 1) * size]]
-            local = sum(_trained(s) for s in mini) if token_mean else len(mini)
-            total = all_reduce(local)
-            micro = (
-                pack_by_tokens(mini, optim.micro_batch_tokens, shared_prefix_min=prefix_min)
-                if mini
-                else []
-            )
-            n_micro = int(all_reduce(len(micro), op="max"))
+        for plan in micro_batch_plan(
+            samples,
+            optim,
+            token_mean=token_mean,
+            generator=generator,
+            prefix_min=prefix_min,
+            pad_id=pad_id,
+            world_size=world_size,
+        ):
             optimizer.zero_grad(set_to_none=True)
-            for j in range(n_micro):
-                real = j < len(micro)
-                # a rank with fewer micro-batches runs the 2-token filler: a zero, graph-
-                # connected loss (see logprobs._selective_head), weighted 0 below
-                chunk = [mini[i] for i in micro[j]] if real else [filler]
-                batch = collate(chunk, pad_id, shared_prefix_min=prefix_min)
-                logp, entropy = sequence_logprobs(
-                    model,
-                    batch,
-                    scoring.temperature,
-                    top_k=scoring.top_k,
-                    top_p=scoring.top_p,
-                    entropy=loss_cfg.entropy_coef > 0,
-                    compute_dtype=scoring.compute_dtype,
-                )
-                device = logp.device
-                mask = batch["loss_mask"].to(device)
-                old = batch.get("old_logprobs")
-                old = logp.detach() if old is None else old.to(device)
-                weights = None
-                if loss_cfg.tis and "rollout_logprobs" in batch:
-                    weights = tis_weights(
-                        old, batch["rollout_logprobs"].to(device), cap=loss_cfg.tis_cap
-                    )
-                loss, info = policy_loss(
-                    logp,
-                    old,
-                    batch["advantages"].to(device),
-                    mask,
-                    clip_low=loss_cfg.clip_low,
-                    clip_high=loss_cfg.clip_high,
-                    dual_clip_c=loss_cfg.dual_clip_c,
-                    aggregation=loss_cfg.aggregation,
-                    tis_weights=weights,
-                )
-                if loss_cfg.kl_coef > 0 and "ref_logprobs" in batch:
-                    kl = kl_penalty(
-                        logp,
-                        batch["ref_logprobs"].to(device),
-                        kind=loss_cfg.kl_estimator,
-                        clamp=loss_cfg.kl_clamp,
-                    )
-                    kl_mean = masked_mean(kl, mask)
-                    loss = loss + loss_cfg.kl_coef * kl_mean
-                    info = {**info, "kl": float(kl_mean.detach())}
-                if entropy is not None:  # only computed (with grad) when the bonus is on
-                    ent = masked_mean(entropy, mask)
-                    loss = loss - loss_cfg.entropy_coef * ent
-                    info = {**info, "entropy": float(ent.detach())}
-                share = (
-                    (sum(_trained(s) for s in chunk) if token_mean else len(chunk)) if real else 0
-                )
-                (loss * (share / max(total, 1) * world_size)).backward()
-                if real:
-                    for key, value in {**info, "loss": float(loss.detach())}.items():
-                        metrics.setdefault(key, []).append(float(value))
+            for micro in plan:
+                batch = collate(micro.samples, pad_id, shared_prefix_min=prefix_min)
+                loss, info = micro_batch_loss(model, batch, loss_cfg, scoring)
+                (loss * micro.weight).backward()
+                for key, value in info.items() if micro.real else ():
+                    metrics.setdefault(key, []).append(value)
             grad_norm = torch.nn.utils.clip_grad_norm_(params, optim.grad_clip)
             full = getattr(grad_norm, "full_tensor", None)
             metrics.setdefault("grad_norm", []).append(float(full() if full else grad_norm))

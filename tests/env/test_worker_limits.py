@@ -63,7 +63,7 @@ def test_over_a_limit_the_request_fails_and_the_pool_goes_on():
         with pytest.raises(MemoryError):
             pool.step("a", ToolCall("hoard")).result(timeout=60)
         assert _pid(pool, "b") == pid and pool.restarts == 0  # the same worker, still serving
-    stuck = WorkerLimits(memory_mb=1024, cpu_s=1, wall_s=2.0)  # blocking burns no CPU
+    stuck = WorkerLimits(memory_mb=1024, cpu_s=1, wall_s=5.0)  # blocking burns no CPU
     with EnvPool(GreedyEnv, num_workers=1, limits=stuck) as pool:
         pid = _pid(pool, "a")
         with pytest.raises(EpisodeCrashed, match="watchdog"):
@@ -71,12 +71,13 @@ def test_over_a_limit_the_request_fails_and_the_pool_goes_on():
         assert _pid(pool, "b") != pid and pool.restarts == 1
 
 
-# the agent's code (run in the sandbox, outside the worker's budget) leaves 100 formulas
-# that take IronCalc several CPU seconds to compute when the episode is graded
+# the agent's code (run in the sandbox, outside the worker's budget) leaves 250 formulas
+# that take IronCalc about 7 CPU seconds here (the budget is 1-2 s: a machine three times
+# as fast still overspends) to compute when the episode is graded
 HEAVY_CODE = """
 import openpyxl
 wb = openpyxl.load_workbook("workbook.xlsx")
-for r in range(2, 102):
+for r in range(2, 252):
     wb["Sheet1"].cell(r, 5).value = "=SUMPRODUCT(ROW($H$1:$H$100000)*1)"
 wb.save("workbook.xlsx")
 """
@@ -110,3 +111,30 @@ def test_the_settings_make_the_limits():
     assert (limits.memory_mb, limits.cpu_s) == (2048, 60)
     assert limits.wall_s > 60 + 30  # the watchdog waits out the budget and the sandbox
     assert EnvConfig(worker_cpu_s=0).worker_limits().wall_s == 0.0
+
+
+def test_the_gym_ends_an_episode_over_a_limit_scored_zero(tmp_path, monkeypatch):
+    """Out of memory in a tool call or in the grading: the episode ends env_limit, scored 0."""
+    from spreadrl.env import checker
+    from spreadrl.env.episode import SpreadsheetEnv
+    from spreadrl.env.tools import compute
+
+    task = make_task(tmp_path, revenue_answer)
+    env = SpreadsheetEnv(EnvConfig(tools="minimal"))
+    env.reset(task, 1)
+
+    def out_of_memory(*args, **kwargs):
+        raise MemoryError
+
+    monkeypatch.setattr(compute, "evaluated", out_of_memory)
+    step = env.step(ToolCall("recalculate_and_read", {"ranges": ["A1"]}))
+    assert step.terminated and not step.ok and step.info["end_reason"] == "env_limit"
+    assert "out of memory" in step.observation
+    result = env.finish(final_answer="done")
+    assert (result.reward, result.stop_reason) == (0.0, EndReason.ENV_LIMIT)
+
+    env.reset(task, 1)
+    monkeypatch.setattr(checker, "check_workbook", out_of_memory)
+    result = env.finish(final_answer="done")
+    assert (result.reward, result.stop_reason) == (0.0, EndReason.ENV_LIMIT)
+    assert "env.worker_memory_mb" in result.mismatches[0].reason

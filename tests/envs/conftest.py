@@ -1,6 +1,6 @@
 """Fixtures of the standard-environment leg (``make test-envs``; tests marked ``envs``).
 
-These tests need the ``openenv`` and ``verifiers`` extras (and TRL): they run in
+These tests need the ``openenv`` and ``bench`` (TRL) extras: they run in
 ``.venv-envs`` and fail, never skip, when a package is missing. ``tasks_dir``
 is a small synthesized task set with reference solutions; ``openenv_url`` is
 ``spreadrl env serve`` itself, started as a subprocess on a free port.
@@ -48,13 +48,16 @@ def env_server(tasks: Path, *extra: str, tools: str = TOOLS) -> Iterator[str]:
     command = [sys.executable, "-m", "spreadrl", "env", "serve", "--tasks", str(tasks)]
     command += ["--tools", tools, "--port", str(port), *extra]
     env = {**os.environ, "PYTHONPATH": f"{ROOT}{os.pathsep}{os.environ.get('PYTHONPATH', '')}"}
-    process = subprocess.Popen(command, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+    # the server's output goes to a file: an unread pipe fills up and blocks the server
+    log = tasks.parent / f"env-serve-{port}.log"
+    with log.open("wb") as out:
+        process = subprocess.Popen(command, env=env, stdout=out, stderr=subprocess.STDOUT)
     url = f"http://127.0.0.1:{port}"
     try:
         deadline = time.monotonic() + 120
         while True:
             if process.poll() is not None:
-                output = process.stdout.read().decode(errors="replace") if process.stdout else ""
+                output = log.read_text(errors="replace")
                 raise AssertionError(f"env serve exited with {process.returncode}:\n{output}")
             try:
                 if httpx.get(f"{url}/health", timeout=1).status_code == 200:

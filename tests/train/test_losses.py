@@ -5,7 +5,13 @@ import math
 import pytest
 import torch
 
-from spreadrl.train.losses import kl_penalty, masked_mean, policy_loss, tis_weights
+from spreadrl.train.losses import (
+    grpo_token_loss,
+    kl_penalty,
+    masked_mean,
+    policy_loss,
+    tis_weights,
+)
 
 
 def _loss(ratio, adv, **kw):
@@ -143,3 +149,84 @@ def test_one_step_moves_sequence_logprob_in_the_advantage_direction(sign):
     opt.step()
     after = trained_logp().item()
     assert (after - before) * sign > 0
+
+
+# --- grpo_token_loss: the whole loss, one hand-worked case per term -----------------------
+# Each case makes every other term vanish (or fixes it), so the expected number is the
+# term's own: a version of the function without that term gives a different number.
+
+
+def _whole(logp, adv, mask=None, old=None, **sections):
+    from spreadrl.train.config import LossConfig
+
+    values = {"clip_low": 0.2, "clip_high": 0.2, **sections.pop("cfg", {})}
+    logp = torch.tensor([logp])
+    old = torch.zeros_like(logp) if old is None else torch.tensor([old])
+    mask = torch.ones_like(logp) if mask is None else torch.tensor([mask])
+    tensors = {k: torch.tensor([v]) for k, v in sections.items()}
+    return grpo_token_loss(logp, old, torch.tensor([adv]), mask, LossConfig(**values), **tensors)
+
+
+def test_whole_loss_clipped_policy_term_is_clipped_and_token_mean():
+    # token 0: r = 1.5, A = +1 -> max(-1.5, -1.2) = -1.2; token 1: r = 1, A = +1 -> -1;
+    # token 2 masked out. Token mean: (-1.2 - 1) / 2 = -1.1 (unclipped would be -1.25)
+    loss, m = _whole([math.log(1.5), 0.0, 5.0], [1.0, 1.0, 1.0], mask=[1.0, 1.0, 0.0])
+    assert loss.item() == pytest.approx(-1.1)
+    assert m["loss"] == pytest.approx(-1.1) and m["clip_frac_high"] == pytest.approx(0.5)
+
+
+def test_whole_loss_dual_clip_bounds_a_negative_advantage():
+    # r = 5, A = -1: the clipped term is max(5, 1.2) = 5; dual clip c = 3 -> min(5, 3) = 3
+    loss, _ = _whole([math.log(5.0)], [-1.0], cfg={"dual_clip_c": 3.0})
+    assert loss.item() == pytest.approx(3.0)
+
+
+def test_whole_loss_tis_weights_the_policy_term_when_on():
+    # r = 1 (logp = old = 0), A = +1 -> -1; rollout log-prob log(0.5): weight exp(0 - log 0.5)
+    # = 2, capped at 1.5 -> -1.5. With tis off the rollout's log-probs change nothing.
+    rollout = {"rollout_logp": [math.log(0.5)]}
+    on, m = _whole([0.0], [1.0], cfg={"tis": True, "tis_cap": 1.5}, **rollout)
+    off, _ = _whole([0.0], [1.0], **rollout)
+    assert on.item() == pytest.approx(-1.5) and m["tis_weight_mean"] == pytest.approx(1.5)
+    assert off.item() == pytest.approx(-1.0)
+
+
+def test_whole_loss_adds_the_k3_kl_times_its_coefficient():
+    # A = 0: no policy term. logp = log 0.5, ref = 0: d = ref - logp = log 2,
+    # k3 = e^d - d - 1 = 2 - log 2 - 1 = 0.30685; x kl_coef 0.5 = 0.15343
+    k3 = 1.0 - math.log(2.0)
+    loss, m = _whole([math.log(0.5)], [0.0], cfg={"kl_coef": 0.5}, ref_logp=[0.0])
+    assert loss.item() == pytest.approx(0.5 * k3) and m["kl"] == pytest.approx(k3)
+    # k1 = logp - ref = log 0.5
+    k1, _ = _whole(
+        [math.log(0.5)], [0.0], cfg={"kl_coef": 0.5, "kl_estimator": "k1"}, ref_logp=[0.0]
+    )
+    assert k1.item() == pytest.approx(0.5 * math.log(0.5))
+
+
+def test_whole_loss_subtracts_the_entropy_bonus():
+    # A = 0: no policy term; masked mean entropy (2 + 4) / 2 = 3 (token 2 masked), x 0.1
+    loss, m = _whole(
+        [0.0, 0.0, 0.0],
+        [0.0, 0.0, 0.0],
+        mask=[1.0, 1.0, 0.0],
+        cfg={"entropy_coef": 0.1},
+        entropy=[2.0, 4.0, 100.0],
+    )
+    assert loss.item() == pytest.approx(-0.3) and m["entropy"] == pytest.approx(3.0)
+
+
+def test_whole_loss_adds_its_terms():
+    # r = 1.5, A = +1 (-1.2), tis weight 1 (rollout = old), kl k3 at logp - ref = log 1.5
+    # (d = -log 1.5: e^d - d - 1 = 2/3 + log 1.5 - 1), entropy 2: all three together
+    d = -math.log(1.5)
+    kl = math.exp(d) - d - 1.0
+    loss, _ = _whole(
+        [math.log(1.5)],
+        [1.0],
+        cfg={"tis": True, "kl_coef": 0.5, "entropy_coef": 0.1},
+        rollout_logp=[0.0],
+        ref_logp=[0.0],
+        entropy=[2.0],
+    )
+    assert loss.item() == pytest.approx(-1.2 + 0.5 * kl - 0.2)

@@ -1,0 +1,282 @@
+"""``env.kind: openenv``: the episodes of a run on an OpenEnv server, over openenv's own client.
+
+:class:`OpenEnvPool` offers the env pool's interface (``reset`` / ``step`` /
+``finish`` returning futures, see :mod:`spreadrl.env.pool`), so the rollout
+loop, and with it ``spreadrl grpo`` and ``spreadrl eval``, runs unchanged
+against any OpenEnv server: one WebSocket session (openenv-core's
+``GenericEnvClient``) per episode, all driven from one event loop thread.
+
+What the loop needs from the server:
+
+- the tool schemas: a server that sends ``tool_schemas`` at reset (``spreadrl
+  env serve``) is spoken to in its action shape (``{"name", "arguments"}``, and
+  ``{"answer"}`` to end and score the episode); any other server gets one tool,
+  ``step``, whose parameters are its action's JSON schema (``GET /schema``), and
+  a call's arguments are the action;
+- the observations: ``text`` when the server sends it, else the observation as
+  JSON, become the tool responses; a ``done`` observation ends the episode;
+- the reward: the server's, the last one it sent (the outcome, scored at
+  ``finish``; 0.0 when it sent none).
+
+The task still comes from the run's task set: its id and case go to ``reset``
+(``task_id``, ``case``; a server whose ``reset`` takes neither ignores them, as
+openenv-core drops keyword arguments a ``reset`` does not accept), and its
+instruction opens the episode unless the server sends its own.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import threading
+from collections.abc import Coroutine, Hashable
+from concurrent.futures import Future
+from dataclasses import dataclass, field
+from typing import Any
+
+import httpx
+
+from spreadrl.data.task import Task
+from spreadrl.env.types import EndReason, EpisodeResult, Mismatch, Observation, StepResult, ToolCall
+from spreadrl.errors import SpreadrlError
+
+log = logging.getLogger(__name__)
+
+GENERIC_TOOL = "step"
+
+
+@dataclass
+class _Session:
+    """One episode's WebSocket session and what it has seen."""
+
+    client: Any
+    lock: asyncio.Lock
+    task: Task
+    case: int
+    native: bool  # the server speaks spreadrl's action shape
+    reward: float | None = None
+    done: bool = False
+    calls: int = 0
+    errors: int = 0
+    info: dict[str, Any] = field(default_factory=dict)
+
+
+class OpenEnvPool:
+    """Episodes on the OpenEnv server at ``url``; see the module docstring."""
+
+    def __init__(
+        self, url: str, *, message_timeout_s: float = 600.0, connect_timeout_s: float = 60.0
+    ) -> None:
+        try:
+            from openenv.core.generic_client import GenericEnvClient
+        except ImportError as exc:
+            raise SpreadrlError(
+                "env.kind openenv needs openenv-core: pip install 'spreadrl[openenv]'"
+            ) from exc
+        self._client_cls = GenericEnvClient
+        self.url = url.rstrip("/")
+        self._timeout = message_timeout_s
+        self._connect_timeout = connect_timeout_s
+        self._sessions: dict[Hashable, _Session] = {}
+        self._generic_schema: dict[str, Any] | None = None
+        self._closed = False
+        self._loop = asyncio.new_event_loop()
+        self._thread = threading.Thread(
+            target=self._loop.run_forever, name="spreadrl-openenv", daemon=True
+        )
+        self._thread.start()
+
+    def _submit(self, coro: Coroutine[Any, Any, Any]) -> Future:
+        if self._closed:
+            coro.close()
+            raise SpreadrlError("the OpenEnv pool is closed")
+        return asyncio.run_coroutine_threadsafe(coro, self._loop)
+
+    # ---- the pool interface -------------------------------------------------------
+
+    def reset(self, episode_id: Hashable, task: Task, case: int = 1) -> Future[Observation]:
+        return self._submit(self._reset(episode_id, task, case))
+
+    def step(self, episode_id: Hashable, call: ToolCall) -> Future[StepResult]:
+        return self._submit(self._step(episode_id, call))
+
+    def finish(
+        self, episode_id: Hashable, *, final_answer: str | None = None, **_: str | None
+    ) -> Future[EpisodeResult]:
+        """Score the episode (the server's reward) and close its session; the server
+        keeps its workbooks, so ``output_path`` is not honoured."""
+        return self._submit(self._finish(episode_id, final_answer))
+
+    def map_steps(self, calls: list[tuple[Hashable, ToolCall]]) -> list[StepResult]:
+        futures = [self.step(episode_id, call) for episode_id, call in calls]
+        return [f.result() for f in futures]
+
+    # ---- one episode --------------------------------------------------------------
+
+    async def _reset(self, episode_id: Hashable, task: Task, case: int) -> Observation:
+        if episode_id in self._sessions:
+            raise SpreadrlError(f"episode {episode_id!r} is already running in this pool")
+        client = self._client_cls(
+            base_url=self.url,
+            connect_timeout_s=self._connect_timeout,
+            message_timeout_s=self._timeout,
+        )
+        try:
+            await client.connect()
+            result = await client.reset(task_id=task.id, case=case)
+        except Exception:
+            await client.close()
+            raise
+        obs = dict(result.observation or {})
+        native = bool(obs.get("tool_schemas"))
+        session = _Session(client, asyncio.Lock(), task, case, native)
+        self._sessions[episode_id] = session
+        if native:
+            schemas = list(obs["tool_schemas"])
+            overview = str(obs.get("workbook_overview") or "")
+        else:
+            schemas = [await self._generic_tool()]
+            overview = _render(obs)
+        return Observation(
+            instruction=str(obs.get("instruction") or task.instruction),
+            workbook_overview=overview,
+            tool_schemas=schemas,
+            info={**(obs.get("info") or {}), "openenv_url": self.url},
+        )
+
+    async def _step(self, episode_id: Hashable, call: ToolCall) -> StepResult:
+        session = self._session(episode_id)
+        async with session.lock:  # one message at a time on the session's socket, in order
+            session.calls += 1
+            if not session.native and call.name != GENERIC_TOOL:
+                return self._rejected(session, f"unknown tool {call.name!r}; use {GENERIC_TOOL}")
+            action = (
+                {"name": call.name, "arguments": call.arguments}
+                if session.native
+                else dict(call.arguments)
+            )
+            try:
+                result = await session.client.step(action)
+            except RuntimeError as exc:  # the server refused the action (openenv's error reply)
+                return self._rejected(session, str(exc))
+            obs = dict(result.observation or {})
+            ok = bool(obs.get("ok", True))
+            session.errors += 0 if ok else 1
+            if result.reward is not None:
+                session.reward = float(result.reward)
+            if result.done:
+                session.done = True
+                session.info = dict(obs.get("info") or {})
+            text = str(obs["text"]) if session.native and "text" in obs else _render(obs)
+            return StepResult(
+                observation=text, ok=ok, truncated=result.done, info={"tool": call.name}
+            )
+
+    def _rejected(self, session: _Session, message: str) -> StepResult:
+        session.errors += 1
+        return StepResult(observation=f"Error: {message}", ok=False, info={})
+
+    async def _finish(self, episode_id: Hashable, final_answer: str | None) -> EpisodeResult:
+        session = self._session(episode_id)
+        async with session.lock:
+            del self._sessions[episode_id]
+            try:
+                if session.native and not session.done:
+                    result = await session.client.step({"answer": final_answer or ""})
+                    session.reward = float(result.reward or 0.0)
+                    session.info = dict((result.observation or {}).get("info") or {})
+            finally:
+                await session.client.close()
+        return _episode_result(session, final_answer, self.url)
+
+    def _session(self, episode_id: Hashable) -> _Session:
+        session = self._sessions.get(episode_id)
+        if session is None:
+            raise SpreadrlError(f"episode {episode_id!r} is not running in this pool; reset first")
+        return session
+
+    async def _generic_tool(self) -> dict[str, Any]:
+        """The one tool of a server that names none: its action's JSON schema."""
+        if self._generic_schema is None:
+            async with httpx.AsyncClient(timeout=30) as http:
+                reply = await http.get(f"{self.url}/schema")
+                reply.raise_for_status()
+            self._generic_schema = generic_tool_schema(reply.json()["action"])
+        return self._generic_schema
+
+    # ---- shutdown -----------------------------------------------------------------
+
+    def close(self) -> None:
+        """Close every open session and stop the event loop; safe to call twice."""
+        if self._closed:
+            return
+        sessions = list(self._sessions.values())
+        self._sessions.clear()
+
+        async def close_all() -> None:
+            await asyncio.gather(*(s.client.close() for s in sessions), return_exceptions=True)
+
+        try:
+            asyncio.run_coroutine_threadsafe(close_all(), self._loop).result(timeout=30)
+        finally:
+            self._closed = True
+            self._loop.call_soon_threadsafe(self._loop.stop)
+            self._thread.join(timeout=10)
+
+    def __enter__(self) -> OpenEnvPool:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+def generic_tool_schema(action: dict[str, Any]) -> dict[str, Any]:
+    """An OpenAI function schema named ``step`` over an OpenEnv action's JSON schema."""
+    props = {k: v for k, v in (action.get("properties") or {}).items() if k != "metadata"}
+    parameters: dict[str, Any] = {
+        "type": "object",
+        "properties": props,
+        "required": [name for name in action.get("required") or [] if name in props],
+    }
+    if action.get("$defs"):
+        parameters["$defs"] = action["$defs"]
+    description = action.get("description") or "Send one action to the environment."
+    return {
+        "type": "function",
+        "function": {"name": GENERIC_TOOL, "description": description, "parameters": parameters},
+    }
+
+
+def _render(obs: dict[str, Any]) -> str:
+    """An observation as a tool response: its fields as compact JSON."""
+    return json.dumps(obs, ensure_ascii=False, default=str, sort_keys=True)
+
+
+def _episode_result(session: _Session, final_answer: str | None, url: str) -> EpisodeResult:
+    info = session.info
+    reward = session.reward if session.reward is not None else 0.0
+    try:
+        reason = EndReason(info["end_reason"])
+    except (KeyError, ValueError):
+        reason = EndReason.ANSWERED if final_answer is not None else EndReason.NO_ANSWER
+    mismatches = [
+        Mismatch(
+            m.get("sheet", ""),
+            m.get("cell", ""),
+            m.get("expected"),
+            m.get("actual"),
+            m.get("reason", ""),
+        )
+        for m in info.get("mismatches") or []
+        if isinstance(m, dict)
+    ]
+    return EpisodeResult(
+        reward=reward,
+        passed=bool(info.get("passed", reward >= 1.0)),
+        mismatches=mismatches,
+        tool_calls=int(info.get("tool_calls", session.calls)),
+        tool_errors=int(info.get("tool_errors", session.errors)),
+        stop_reason=reason,
+        info={"task_id": session.task.id, "case": session.case, "openenv_url": url},
+    )

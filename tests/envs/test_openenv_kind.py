@@ -1,0 +1,175 @@
+"""env.kind openenv: the rollout loop and `spreadrl grpo` on an OpenEnv server.
+
+Against `spreadrl env serve` the same tasks give the same rewards (and the same
+conversations) as the in-process gym; against the echo environment that
+openenv-core's `openenv init` writes (the only environment openenv-core 0.3.0
+ships, as a template; offline), the action schema becomes the one tool and the
+server's reward the outcome.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+import httpx
+import pytest
+from rich.console import Console
+
+from spreadrl.config import load_config
+from spreadrl.data.task import load_tasks
+from spreadrl.env.config import EnvConfig
+from spreadrl.env.factory import make_env_pool
+from spreadrl.rollout.config import RolloutConfig
+from spreadrl.rollout.episode import EpisodeJob
+from spreadrl.rollout.runner import run_episodes
+from spreadrl.rollout.scripted import NoopPolicy, OraclePolicy, format_tool_call
+from spreadrl.rollout.types import PolicyTurn
+from spreadrl.train.config import GRPOConfig
+from spreadrl.train.grpo import train_grpo
+from tests.envs.conftest import TOOLS
+
+pytestmark = pytest.mark.envs
+
+
+def _episodes(pool, tasks, policy):
+    jobs = [EpisodeJob(task, 1, 0) for task in tasks]
+    return run_episodes(policy, pool, jobs, RolloutConfig()).trajectories
+
+
+def test_oracle_and_noop_rewards_match_the_in_process_gym(openenv_url, tasks_dir):
+    tasks = list(load_tasks(tasks_dir))
+    gym = EnvConfig(tools=TOOLS)
+    remote = EnvConfig(kind="openenv", url=openenv_url)
+    for policy, expected in ((OraclePolicy(), 1.0), (NoopPolicy(), 0.0)):
+        with make_env_pool(gym) as pool:
+            local = _episodes(pool, tasks, policy)
+        with make_env_pool(remote) as pool:
+            served = _episodes(pool, tasks, policy)
+        assert [t.reward for t in served] == [expected] * len(tasks)
+        assert [t.reward for t in served] == [t.reward for t in local]
+        assert [t.messages for t in served] == [t.messages for t in local]
+        assert [t.tools for t in served] == [t.tools for t in local]
+        assert all(t.error is None for t in served)
+
+
+def _grpo_cfg(model_dir: Path, out: Path, env: list[str]) -> GRPOConfig:
+    return load_config(
+        GRPOConfig,
+        None,
+        [
+            f"model.name_or_path={model_dir}",
+            f"output_dir={out}",
+            "steps=2",
+            "device=cpu",
+            "seed=7",
+            "rollout.group_size=2",
+            "rollout.prompts_per_step=2",
+            "rollout.max_turns=2",
+            "rollout.max_new_tokens_per_turn=16",
+            "rollout.max_response_tokens=48",
+            "reward.overlong=true",
+            "reward.overlong_buffer=40",
+            "sampling.mode=keep",
+            "optim.lr=1e-3",
+            *env,
+        ],
+    )
+
+
+def _metrics(out: Path) -> list[dict]:
+    return [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
+
+
+def test_grpo_on_the_openenv_server_matches_the_gym_on_the_same_seed(
+    openenv_url, tasks_dir, tiny_model_dir, tmp_path
+):
+    quiet = Console(quiet=True)
+    data = f"data.train_tasks={tasks_dir}"
+    gym = ["env.tools=[write_range,inspect_range]", data]
+    remote = ["env.kind=openenv", f"env.url={openenv_url}", data]
+    train_grpo(_grpo_cfg(tiny_model_dir, tmp_path / "gym", gym), console=quiet)
+    train_grpo(_grpo_cfg(tiny_model_dir, tmp_path / "openenv", remote), console=quiet)
+    for run in ("gym", "openenv"):
+        trajectories = (tmp_path / run / "trajectories.jsonl").read_text().splitlines()
+        errors = [json.loads(line)["error"] for line in trajectories]
+        assert errors == [None] * len(errors), (run, errors)
+    local, served = _metrics(tmp_path / "gym"), _metrics(tmp_path / "openenv")
+    assert [m["step"] for m in served] == [1, 2]
+    for a, b in zip(local, served, strict=True):
+        for key in ("reward_mean", "response_tokens", "loss", "grad_norm"):
+            assert b[key] == pytest.approx(a[key], rel=1e-5, abs=1e-7), key
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+@contextmanager
+def echo_server(tmp: Path) -> Iterator[str]:
+    """openenv-core's own example: the echo environment `openenv init` writes."""
+    openenv_cli = Path(sys.executable).with_name("openenv")
+    subprocess.run(
+        [str(openenv_cli), "init", "echo_env", "--output-dir", str(tmp)],
+        check=True,
+        capture_output=True,
+        timeout=120,
+    )
+    port = _free_port()
+    process = subprocess.Popen(
+        [sys.executable, "-m", "uvicorn", "server.app:app", "--port", str(port)],
+        cwd=tmp / "echo_env",
+        env={**os.environ, "PYTHONPATH": str(tmp / "echo_env")},
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    url = f"http://127.0.0.1:{port}"
+    try:
+        for _ in range(200):
+            try:
+                if httpx.get(f"{url}/health", timeout=1).status_code == 200:
+                    break
+            except httpx.HTTPError:
+                time.sleep(0.3)
+        else:
+            raise AssertionError("the echo environment did not start")
+        yield url
+    finally:
+        process.terminate()
+        process.wait(timeout=20)
+
+
+class EchoOnce:
+    """Calls the one tool with a message, then answers."""
+
+    token_level = False
+
+    def act_messages(self, states, params):
+        return [
+            PolicyTurn(text=format_tool_call("step", {"message": "hello"}))
+            if state.turns_taken == 0
+            else PolicyTurn(text="Done.")
+            for state in states
+        ]
+
+
+def test_a_server_from_outside_the_project_the_openenv_echo_environment(tmp_path, tasks_dir):
+    task = load_tasks(tasks_dir).tasks[0]
+    with echo_server(tmp_path) as url, make_env_pool(EnvConfig(kind="openenv", url=url)) as pool:
+        (traj,) = run_episodes(EchoOnce(), pool, [EpisodeJob(task)], RolloutConfig()).trajectories
+    (tool,) = traj.tools
+    assert tool["function"]["name"] == "step"
+    assert "message" in tool["function"]["parameters"]["properties"]
+    assert traj.messages[1]["content"].startswith(task.instruction)
+    echoed = json.loads(next(m for m in traj.messages if m["role"] == "tool")["content"])
+    assert echoed["echoed_message"] == "hello" and echoed["message_length"] == 5
+    assert traj.reward == pytest.approx(0.5)  # the echo server's reward: 0.1 per character
