@@ -127,6 +127,14 @@ def _check_set(console, tasks_dir: Path, outputs: Path, json_path: Path | None, 
     if not len(task_set):
         raise SpreadrlError(f"{tasks_dir}: no tasks to score")
     scores = [score_task(task, outputs, engine=engine) for task in task_set]
+    cases = sum(len(s.results) for s in scores)
+    if cases and sum(len(s.missing) for s in scores) >= cases:
+        first = task_set.tasks[0]
+        raise SpreadrlError(
+            f"--outputs {outputs}: no output workbook matches a task of {tasks_dir} "
+            f"(expected names like 1_{first.id}_output.xlsx); is it the outputs folder "
+            "of an eval of these tasks?"
+        )
     table = Table("task", "cases passed", "soft", "hard", "missing outputs")
     for s in scores:
         passed = sum(r.passed for r in s.results.values())

@@ -40,7 +40,9 @@ class LazyBenchGroup(PlainHelpGroup):
         if cmd_name not in COMMANDS:
             return None
         module, function = COMMANDS[cmd_name]
-        single = typer.Typer(rich_markup_mode="rich", pretty_exceptions_enable=False)
+        single = typer.Typer(
+            rich_markup_mode="rich", pretty_exceptions_enable=False, add_completion=False
+        )
         single.command(cmd_name, cls=PlainHelpCommand)(
             getattr(importlib.import_module(module), function)
         )

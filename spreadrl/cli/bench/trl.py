@@ -49,6 +49,10 @@ def bench_trl(
     the bare instruction instead, --both-modes runs both. Needs the bench extra for
     the TRL half: pip install 'spreadrl[bench]'.
 
+    Examples:
+
+      spreadrl bench trl --smoke
+
       spreadrl bench trl --steps 4 --rounds 2 --both-modes
     """
     if out is not None:  # a file in its place is one line before any run
