@@ -86,6 +86,10 @@ CASES: dict[tuple[str, str], tuple[list[str], str]] = {
         ["data", "sft-build", "--tasks", "builtin:demo-test", "--out", "{p}"],
         "file",
     ),
+    ("data sft-build", "config"): (
+        ["data", "sft-build", "--tasks", "{tasks}", "--out", "o.jsonl", "--config", "{p}"],
+        "in",
+    ),
     ("data split", "tasks_dir"): (["data", "split", "{p}", "--out", "o"], "in"),
     ("data split", "out"): (["data", "split", "{tasks}", "--out", "{p}"], "dir"),
     ("data synth", "out"): (["data", "synth", "--n", "1", "--out", "{p}"], "dir"),
