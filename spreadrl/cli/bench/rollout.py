@@ -39,6 +39,9 @@ def bench_rollout(
     variant: list[str] = typer.Option(
         None, help="spreadrl settings to measure (--against): default, static (repeatable)."
     ),
+    vocab_size: int = typer.Option(
+        0, help="Random model's embedding rows (151936 = Qwen3's; --against)."
+    ),
     out: Path = typer.Option(None, help="Also write the result as JSON here (--against)."),
 ) -> None:
     """Generation tokens/s of the hf backend: batched vs one at a time over real episodes,
@@ -77,7 +80,16 @@ def bench_rollout(
     if bad:
         raise ConfigError(f"--variant {bad[0]!r}: choose from {', '.join(VARIANTS)}")
     result = against_generate(
-        model, model_preset, batch, group, prompt_tokens, max_new_tokens, repeats, device, chosen
+        model,
+        model_preset,
+        batch,
+        group,
+        prompt_tokens,
+        max_new_tokens,
+        repeats,
+        device,
+        chosen,
+        vocab_size,
     )
     table = Table("run", "tok/s (median)", "s per call", "x generate")
     for name, run in result["runs"].items():
