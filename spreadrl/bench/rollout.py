@@ -132,6 +132,7 @@ def against_generate(
     repeats: int = 3,
     device: str = "cpu",
     variants: tuple[str, ...] = ("default",),
+    vocab_size: int = 0,
 ) -> dict[str, Any]:
     """spreadrl's hf rollout beside ``model.generate`` on the same inputs (module docstring).
 
@@ -143,7 +144,7 @@ def against_generate(
     from spreadrl.rollout.types import SamplingParams
 
     with tempfile.TemporaryDirectory(prefix="spreadrl-bench-") as tmp:
-        path = model or random_model(Path(tmp), preset)
+        path = model or random_model(Path(tmp), preset, vocab_size)
         lm, tok = load_model_and_tokenizer(path, device=device)
     vocab = lm.config.vocab_size
     no_stop = [vocab]  # an id no row can sample: every row decodes new_tokens
@@ -190,6 +191,7 @@ def against_generate(
             "repeats": repeats,
             "device": torch.cuda.get_device_name(device) if cuda else "cpu",
             "model": model or f"random {preset}",
+            "vocab": vocab,
             "torch": torch.__version__,
             "threads": torch.get_num_threads(),
         },
