@@ -11,6 +11,7 @@ from rich.table import Table
 
 from spreadrl.bench.rollout import against_generate, episode_rates
 from spreadrl.errors import ConfigError
+from spreadrl.run_folder import check_output_file
 
 VARIANTS = ("default", "static")
 
@@ -54,6 +55,8 @@ def bench_rollout(
       spreadrl bench rollout --against generate --device cuda --model-preset 4b-shape \\
         --variant default --variant static --prompt-tokens 2048 --max-new-tokens 256
     """
+    if out is not None:  # a folder in its place is one line before anything is measured
+        check_output_file(out, overwrite=True)
     console = Console()
     if against is None:
         rows, rates = episode_rates(
