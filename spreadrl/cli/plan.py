@@ -50,6 +50,10 @@ def plan(
         )
     cfg = load_config(GRPOConfig, recipe, overrides or [])
     result = plan_recipe(cfg, Hardware(gpus, gpu_memory, mfu=mfu), shape_name=shape)
+    if not result.fits and all(gib <= gpu_memory for gib in result.phases.values()):
+        # memory is not what stops it (e.g. the prompts do not divide over the ranks):
+        # a table of "fits" rows above "does not fit" would contradict itself
+        raise ConfigError(f"{recipe}: cannot run on {gpus} GPUs; " + "; ".join(result.problems))
     table = Table(title=f"{recipe.name} on {gpus} x {gpu_memory:g} GiB: per GPU")
     table.add_column("")
     table.add_column("GiB", justify="right")

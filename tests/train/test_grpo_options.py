@@ -236,17 +236,17 @@ def test_lr_schedule_keeps_to_the_step_count_when_groups_are_dropped(
 
 @pytest.mark.slow
 def test_second_ppo_pass_over_two_minibatches_clips(tiny_model_dir, tmp_path, monkeypatch):
-    from spreadrl.train import update  # the update calls policy_loss by this name
+    from spreadrl.train import losses  # grpo_token_loss calls policy_loss by this name
 
     calls = []
-    real = update.policy_loss
+    real = losses.policy_loss
 
     def recording(*args, **kwargs):
         loss, info = real(*args, **kwargs)
         calls.append(info)
         return loss, info
 
-    monkeypatch.setattr(update, "policy_loss", recording)
+    monkeypatch.setattr(losses, "policy_loss", recording)
     spy = _Spy(monkeypatch)
     extra = ["optim.ppo_epochs=2", "optim.mini_batch_size=4"]
     train_grpo(
