@@ -74,6 +74,10 @@ def check(
             "give TASKS_DIR --outputs DIR to score a task set, or --task T --output FILE "
             "(see `spreadrl check --help`)"
         )
+    if json_path is not None:  # a folder in its place is one line before the set is scored
+        from spreadrl.run_folder import check_output_file
+
+        check_output_file(json_path, overwrite=True, flag="--json")
     _check_set(console, tasks_dir, outputs, json_path, options)
 
 

@@ -93,6 +93,10 @@ def serve(
 
     if view is not None and not view.is_dir():
         raise SpreadrlError(f"--view {view}: not a folder; pass a run folder such as runs/demo")
+    if work_dir is not None:  # a file in its place: one line before the port and the model
+        from spreadrl.run_folder import check_output_folder
+
+        check_output_folder(work_dir, overwrite=True, flag="--work-dir")
     sock = bind(host, port)  # before the model loads: a taken port fails at once
     logging.basicConfig(level=log_level.upper(), format="%(levelname)s %(name)s: %(message)s")
     settings = ServeSettings(

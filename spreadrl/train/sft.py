@@ -110,11 +110,16 @@ def train_sft(
     info = run.info
     model, tokenizer = run.build_model(cfg.model)
     pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0
-    data = load_sft_dataset(Path(cfg.data.path), tokenizer, cfg.max_length)
+    # a row longer than the model's positions cannot be trained on: max_length never
+    # exceeds the context (the README's rows were 5k tokens for a 4k model, issue 32)
+    context = getattr(model.config, "max_position_embeddings", None) or cfg.max_length
+    limit = min(cfg.max_length, context)
+    data = load_sft_dataset(Path(cfg.data.path), tokenizer, limit)
     if data.dropped_too_long:
+        why = f"the model's {context}-token context" if limit < cfg.max_length else "max_length"
         console.print(
-            f"[yellow]dropped {data.dropped_too_long} conversations longer than "
-            f"max_length={cfg.max_length} (never cut)[/]"
+            f"[yellow]dropped {data.dropped_too_long} conversations longer than {limit} "
+            f"tokens ({why}; never cut)[/]"
         )
     steps = cfg.total_steps(len(data.samples))
     compute = run.precision.compute

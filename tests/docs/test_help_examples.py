@@ -81,6 +81,16 @@ def test_each_help_example_parses(path, example):
         group.make_context(group.name or "", list(args), parent=ctx.parent)
     except UsageError as exc:
         pytest.fail(f"{example}: {exc.format_message()}")
+    _recipes_exist(example, args)
+
+
+def _recipes_exist(example: str, args: list[str]) -> None:
+    """A recipe an example names is shipped (`spreadrl sft --help` named one that was not)."""
+    from spreadrl.recipes import find_recipe
+
+    for flag, value in zip(args, args[1:], strict=False):
+        if flag in ("--config", "-c") and not value.startswith(("runs/", "my-")):
+            find_recipe(value)  # raises ConfigError naming the recipe
 
 
 def test_no_flag_shows_a_bool_type():

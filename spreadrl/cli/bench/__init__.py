@@ -27,6 +27,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "train": ("spreadrl.cli.bench.train", "bench_train"),
     "logprobs": ("spreadrl.cli.bench.train", "bench_logprobs"),
     "trl": ("spreadrl.cli.bench.trl", "bench_trl"),
+    "levers": ("spreadrl.cli.bench.levers", "bench_levers"),
 }
 
 
@@ -52,7 +53,7 @@ class LazyBenchGroup(PlainHelpGroup):
 
 
 app = typer.Typer(
-    help="Benchmarks: check, env, gpu, recalc-fidelity, rollout, train, logprobs, trl.",
+    help="Benchmarks: check, env, gpu, recalc-fidelity, rollout, train, logprobs, trl, levers.",
     no_args_is_help=True,
     cls=LazyBenchGroup,
 )
