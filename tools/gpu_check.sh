@@ -5,6 +5,9 @@
 # Then, with the device tool, two calls (each under its 10-minute limit), carry [".whl"]:
 #   run: tools/gpu_check.sh quick             (<= 7 min: build + one GRPO leg, --quick)
 #   run: tools/gpu_check.sh levers rollout    (<= 9 min: each lever before/after, hf rollout)
+#   run: tools/gpu_check.sh allocator         (optional, ~4 min: the quick leg again with the
+#        default allocator, PYTORCH_CUDA_ALLOC_CONF=expandable_segments:False, so the two
+#        reserved/device peaks show what expandable segments change)
 # Each part appends its results to $OUT as soon as it ends (results.jsonl: one JSON object
 # per part; check.log: the console), so a call cut off still returns what finished, and
 # leaves at most 4 files in $OUT (the device tool returns 8).
@@ -66,6 +69,12 @@ PY
   append bench-gpu-quick "$WORK/quick.json"
 }
 
+allocator() {  # the quick leg with the default allocator (the user's setting wins over ours)
+  PYTORCH_CUDA_ALLOC_CONF=expandable_segments:False part bench-gpu-quick-default-allocator 420 \
+    $SPREADRL bench gpu --quick --out "$WORK/quick-default"
+  append bench-gpu-quick-default-allocator "$WORK/quick-default/hf-one-process.json"
+}
+
 levers() {  # each lever beside the baseline, one update step of the 4b shape, bf16 compute
   local mem seq=2048 size=(--device cuda --preset 4b-shape --vocab-size 151936 --sequences 4)
   if [ "$SMOKE" = 1 ]; then
@@ -91,8 +100,8 @@ rollout() {  # spreadrl's hf rollout (default, static cache + CUDA graphs) besid
 
 for what in "${@:-quick}"; do
   case $what in
-    quick|levers|rollout) $what ;;
-    *) echo "unknown part $what: quick | levers | rollout" | tee -a "$LOG"; exit 2 ;;
+    quick|levers|rollout|allocator) $what ;;
+    *) echo "unknown part $what: quick | levers | rollout | allocator" | tee -a "$LOG"; exit 2 ;;
   esac
 done
 echo "results in $OUT: $(ls "$OUT" | tr '\n' ' ')" | tee -a "$LOG"

@@ -121,6 +121,11 @@ CASES: dict[tuple[str, str], tuple[list[str], str]] = {
     ),
     ("bench train", "config"): (["bench", "train", "--config", "{p}"], "in"),
     ("bench trl", "out"): (["bench", "trl", "--smoke", "--out", "{p}"], "dir"),
+    ("bench levers", "out"): (["bench", "levers", "--preset", "nope", "--out", "{p}"], "file"),
+    ("bench levers", "profile"): (
+        ["bench", "levers", "--preset", "nope", "--profile", "{p}"],
+        "dir",
+    ),
     ("bench rollout", "out"): (["bench", "rollout", "--out", "{p}"], "file"),
     ("data download", "data_files"): (
         ["data", "download", "deepscaler", "--out", "o", "--data-files", "{p}"],

@@ -12,6 +12,7 @@ from rich.table import Table
 
 from spreadrl.bench.levers import VARIANTS, LeverShape, run_levers
 from spreadrl.errors import ConfigError
+from spreadrl.run_folder import check_output_file, check_output_folder
 
 
 def bench_levers(
@@ -39,6 +40,10 @@ def bench_levers(
       spreadrl bench levers --device cuda --preset 4b-shape --vocab-size 151936 \\
         --sequences 8 --seq-len 2048 --lever fused-head --lever compile --profile runs/prof
     """
+    if profile is not None:  # a path in the wrong place is one line before anything runs
+        check_output_folder(profile, overwrite=True, flag="--profile")
+    if out is not None:
+        check_output_file(out, overwrite=True)
     chosen = list(lever or [n for n in VARIANTS if n != "baseline"])
     bad = sorted(set(chosen) - set(VARIANTS))
     if bad:

@@ -39,6 +39,7 @@ def bench_rollout(
     variant: list[str] = typer.Option(
         None, help="spreadrl settings to measure (--against): default, static (repeatable)."
     ),
+    threads: int = typer.Option(0, help="torch CPU threads (0 = its default; --against)."),
     vocab_size: int = typer.Option(
         0, help="Random model's embedding rows (151936 = Qwen3's; --against)."
     ),
@@ -90,11 +91,21 @@ def bench_rollout(
         device,
         chosen,
         vocab_size,
+        threads,
     )
-    table = Table("run", "tok/s (median)", "s per call", "x generate")
+    table = Table(
+        "run", "tok/s (median)", "s per call", "x generate", "tok per CPU s", "x generate (CPU)"
+    )
     for name, run in result["runs"].items():
         seconds = ", ".join(f"{s:.2f}" for s in run["seconds"])
-        table.add_row(name, f"{run['tok_s']:.0f}", seconds, f"{run['vs_generate']:.2f}x")
+        table.add_row(
+            name,
+            f"{run['tok_s']:.1f}",
+            seconds,
+            f"{run['vs_generate']:.2f}x",
+            f"{run['tok_per_cpu_s']:.1f}",
+            f"{run['vs_generate_cpu']:.2f}x",
+        )
     console.print(table)
     console.print(", ".join(f"{k} {v}" for k, v in result["shape"].items()), markup=False)
     if out is not None:
