@@ -112,14 +112,16 @@ def _contexts(vocab: int, batch: int, group: int, prompt_tokens: int, seed: int)
     return [distinct[i // group % len(distinct)] for i in range(batch)]
 
 
-def _time(fn: Callable[[], Any], cuda: bool) -> float:
+def _time(fn: Callable[[], Any], cuda: bool) -> tuple[float, float]:
+    """(wall seconds, this process's CPU seconds) of one call. On a shared CPU the CPU
+    seconds measure the work itself: another job's load stretches the wall clock only."""
     if cuda:
         torch.cuda.synchronize()
-    start = time.perf_counter()
+    start, cpu = time.perf_counter(), time.process_time()
     fn()
     if cuda:
         torch.cuda.synchronize()
-    return time.perf_counter() - start
+    return time.perf_counter() - start, time.process_time() - cpu
 
 
 def against_generate(
@@ -132,18 +134,23 @@ def against_generate(
     repeats: int = 3,
     device: str = "cpu",
     variants: tuple[str, ...] = ("default",),
+    vocab_size: int = 0,
+    threads: int = 0,
 ) -> dict[str, Any]:
     """spreadrl's hf rollout beside ``model.generate`` on the same inputs (module docstring).
 
     ``variants``: the :class:`HFPolicy` settings measured (``default``; ``static``: a
-    static KV cache, compiled on CUDA: rollout.hf_static_cache). Returns per-call seconds
-    and tokens/s of each, and each variant's ratio to ``generate``."""
+    static KV cache, compiled on CUDA: rollout.hf_static_cache). ``threads``: torch's CPU
+    threads (0: its default). Returns per-call wall and CPU seconds, tokens/s (wall, and
+    per CPU second) and each run's ratios to ``generate``."""
     from spreadrl.models.init import load_model_and_tokenizer
     from spreadrl.rollout.hf_policy import HFPolicy
     from spreadrl.rollout.types import SamplingParams
 
+    if threads > 0:
+        torch.set_num_threads(threads)
     with tempfile.TemporaryDirectory(prefix="spreadrl-bench-") as tmp:
-        path = model or random_model(Path(tmp), preset)
+        path = model or random_model(Path(tmp), preset, vocab_size)
         lm, tok = load_model_and_tokenizer(path, device=device)
     vocab = lm.config.vocab_size
     no_stop = [vocab]  # an id no row can sample: every row decodes new_tokens
@@ -176,10 +183,13 @@ def against_generate(
     for fn in runs.values():  # warm up: allocator, kernels, a compiled graph
         fn()
     seconds: dict[str, list[float]] = {name: [] for name in runs}
+    cpu: dict[str, list[float]] = {name: [] for name in runs}
     for r in range(repeats):
         order = list(runs) if r % 2 == 0 else list(runs)[::-1]
         for name in order:
-            seconds[name].append(_time(runs[name], cuda))
+            wall, used = _time(runs[name], cuda)
+            seconds[name].append(wall)
+            cpu[name].append(used)
     tokens = batch * new_tokens
     result: dict[str, Any] = {
         "shape": {
@@ -190,13 +200,23 @@ def against_generate(
             "repeats": repeats,
             "device": torch.cuda.get_device_name(device) if cuda else "cpu",
             "model": model or f"random {preset}",
+            "vocab": vocab,
             "torch": torch.__version__,
             "threads": torch.get_num_threads(),
         },
         "runs": {},
     }
     base = tokens / statistics.median(seconds["transformers generate"])
+    base_cpu = tokens / statistics.median(cpu["transformers generate"])
     for name, values in seconds.items():
         rate = tokens / statistics.median(values)
-        result["runs"][name] = {"seconds": values, "tok_s": rate, "vs_generate": rate / base}
+        per_cpu = tokens / statistics.median(cpu[name])
+        result["runs"][name] = {
+            "seconds": values,
+            "cpu_seconds": cpu[name],
+            "tok_s": rate,
+            "vs_generate": rate / base,
+            "tok_per_cpu_s": per_cpu,
+            "vs_generate_cpu": per_cpu / base_cpu,
+        }
     return result

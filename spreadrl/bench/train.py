@@ -29,7 +29,7 @@ from transformers import Qwen3Config, Qwen3ForCausalLM
 from spreadrl.bench.flops import peak_tflops as lookup_peak
 from spreadrl.bench.flops import train_flops_per_token
 from spreadrl.bench.rollout import random_model
-from spreadrl.config import load_config
+from spreadrl.config import load_config, read_recipe
 from spreadrl.models.init import load_model_and_tokenizer
 from spreadrl.train.batching import Sample, collate
 from spreadrl.train.config import GRPOConfig
@@ -58,6 +58,8 @@ def train_rows(
     cuda = device.startswith("cuda")
     device_name = torch.cuda.get_device_name(device) if cuda else "cpu"
     peak = peak_tflops or (lookup_peak(device_name) if cuda else None)
+    if grpo_steps > 0:  # the recipe first: a typo is one line, not the defaults after the SFT half
+        read_recipe(config)
     with tempfile.TemporaryDirectory(prefix="spreadrl-bench-") as tmp:
         path = model or random_model(Path(tmp), preset, vocab_size)
         lm, tok = load_model_and_tokenizer(path, device=device)
@@ -110,7 +112,7 @@ def train_rows(
         if grpo_steps > 0:
             cfg = load_config(
                 GRPOConfig,
-                config if config.exists() else None,
+                config,
                 [
                     f"model.name_or_path={path}",
                     f"steps={grpo_steps}",

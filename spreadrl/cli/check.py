@@ -54,6 +54,10 @@ def check(
             "give TASKS_DIR --outputs DIR to score a task set, or --task T --output FILE "
             "(see `spreadrl check --help`)"
         )
+    if json_path is not None:  # a folder in its place is one line before the set is scored
+        from spreadrl.run_folder import check_output_file
+
+        check_output_file(json_path, overwrite=True, flag="--json")
     _check_set(console, tasks_dir, outputs, json_path, engine)
 
 
@@ -123,6 +127,14 @@ def _check_set(console, tasks_dir: Path, outputs: Path, json_path: Path | None, 
     if not len(task_set):
         raise SpreadrlError(f"{tasks_dir}: no tasks to score")
     scores = [score_task(task, outputs, engine=engine) for task in task_set]
+    cases = sum(len(s.results) for s in scores)
+    if cases and sum(len(s.missing) for s in scores) >= cases:
+        first = task_set.tasks[0]
+        raise SpreadrlError(
+            f"--outputs {outputs}: no output workbook matches a task of {tasks_dir} "
+            f"(expected names like 1_{first.id}_output.xlsx); is it the outputs folder "
+            "of an eval of these tasks?"
+        )
     table = Table("task", "cases passed", "soft", "hard", "missing outputs")
     for s in scores:
         passed = sum(r.passed for r in s.results.values())

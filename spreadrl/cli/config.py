@@ -43,7 +43,14 @@ def show(
 
 @app.command("keys")
 def keys() -> None:
-    """Print every key of every recipe (type, default, help) as Markdown tables."""
+    """Print every key of every recipe (type, default, help) as Markdown tables.
+
+    Examples:
+
+      spreadrl config keys
+
+      spreadrl config keys > keys.md
+    """
     from spreadrl.train.config import config_tables
 
     typer.echo(config_tables(), nl=False)

@@ -81,6 +81,15 @@ def _escape_help(command: TyperCommand | TyperGroup) -> None:
             text = getattr(owner, attr, None)
             if isinstance(text, str):
                 setattr(owner, attr, escape(text))
+    for param in command.params:
+        _no_flag_type(param)
+
+
+def _no_flag_type(param: object) -> object:
+    """A flag takes no value: show no ``<bool>`` type beside it (typer shows one)."""
+    if getattr(param, "is_flag", False) and not getattr(param, "count", False):
+        param.metavar = ""  # type: ignore[attr-defined]  # typer shows a metavar when set
+    return param
 
 
 class PlainHelpCommand(TyperCommand):
@@ -90,6 +99,9 @@ class PlainHelpCommand(TyperCommand):
         super().__init__(*args, **kwargs)
         _escape_help(self)
 
+    def get_help_option(self, ctx: typer.Context) -> object:  # typer's own option class
+        return _no_flag_type(super().get_help_option(ctx))
+
 
 class PlainHelpGroup(TyperGroup):
     """A typer group whose help texts are shown as written (brackets kept)."""
@@ -97,6 +109,9 @@ class PlainHelpGroup(TyperGroup):
     def __init__(self, *args: object, **kwargs: object) -> None:  # typer's, passed on
         super().__init__(*args, **kwargs)
         _escape_help(self)
+
+    def get_help_option(self, ctx: typer.Context) -> object:  # typer's own option class
+        return _no_flag_type(super().get_help_option(ctx))
 
 
 def plain_help(app: typer.Typer) -> typer.Typer:

@@ -84,6 +84,7 @@ def download(
         return
     if name is None or out is None:
         raise SpreadrlError("data download needs NAME and --out DIR (or --list)")
+    _check_download_paths(out, cache, data_files or [], overwrite)
     report = download_dataset(
         name,
         out,
@@ -251,3 +252,18 @@ def split(
         f"{len(report.clusters)} near-duplicate clusters kept whole) under {out}",
         markup=False,
     )
+
+
+def _check_download_paths(
+    out: Path, cache: Path | None, files: list[Path], overwrite: bool
+) -> None:
+    """A file where a folder goes, or a local copy that is no file, is one line before any fetch."""
+    from spreadrl.run_folder import check_output_folder
+
+    check_output_folder(out, overwrite=overwrite)
+    if cache is not None:
+        check_output_folder(cache, overwrite=True, flag="--cache")
+    for file in files:
+        if not file.is_file():
+            what = "a folder" if file.is_dir() else "not found"
+            raise SpreadrlError(f"--data-files {file}: {what}; give a .parquet or .jsonl file")

@@ -3,21 +3,37 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import typer
 
 
 def sft_build(
-    tasks: str = typer.Option(..., help="Task folder or builtin:<split>."),
     out: Path = typer.Option(..., help="JSONL file to write ({messages, tools, task_id, case})."),
+    config: Path = typer.Option(
+        None,
+        "--config",
+        "-c",
+        help="Training recipe: build rows in its tool preset, overview and turn budget, on its "
+        "data.train_tasks (flags still override).",
+    ),
+    tasks: str = typer.Option(
+        None, help="Task folder or builtin:<split> (default: the recipe's data.train_tasks)."
+    ),
     backend: str = typer.Option(
         "oracle", help="oracle (reference solutions) or a model backend: hf | vllm | openai."
     ),
-    model: str = typer.Option(None, help="Model for rejection sampling (hf, vllm, openai)."),
+    model: str = typer.Option(
+        None,
+        help="The model the rows are for: rows longer than its context are dropped (counted); "
+        "with hf / vllm / openai also the model that samples them (rejection sampling).",
+    ),
     samples: int = typer.Option(1, min=1, help="Samples per task case (rejection sampling)."),
-    preset: str = typer.Option("full", help="Tool preset or comma-separated tool names."),
+    preset: str = typer.Option(
+        None, help="Tool preset or comma-separated tool names (default: the recipe's, else full)."
+    ),
     temperature: float = typer.Option(1.0),
-    max_turns: int = typer.Option(20),
+    max_turns: int = typer.Option(None, help="Max assistant turns (default: the recipe's, 20)."),
     max_chars: int = typer.Option(
         None, help="Drop conversations longer than this many characters."
     ),
@@ -29,11 +45,15 @@ def sft_build(
 
     With the oracle, every synthesized task's reference solution becomes a full
     conversation with the gym's real observations; with a model it is rejection
-    sampling. Duplicates are removed.
+    sampling. Duplicates are removed. With --config the rows use the recipe's tools,
+    workbook overview and turn budget, so SFT teaches the format GRPO samples in;
+    with --model, rows longer than that model's context are dropped and counted.
 
     Examples:
 
-      spreadrl data sft-build --tasks builtin:demo-train --out runs/sft.jsonl
+      spreadrl data sft-build --config tiny-cpu --model runs/tiny --out runs/sft.jsonl
+
+      spreadrl data sft-build --tasks builtin:demo-train --out runs/sft-full.jsonl
 
       spreadrl data sft-build --tasks data/train --backend openai --model Qwen/Qwen3-4B \\
           --base-url http://127.0.0.1:8000/v1 --samples 4 --out runs/rs.jsonl
@@ -42,19 +62,25 @@ def sft_build(
 
     from spreadrl.data.sources import resolve_tasks
     from spreadrl.env.factory import make_env_pool
+    from spreadrl.errors import SpreadrlError
     from spreadrl.rollout.backends import load_policy
     from spreadrl.rollout.config import RolloutConfig
     from spreadrl.rollout.types import RunValues
     from spreadrl.run_folder import check_output_file
-    from spreadrl.train.sft_build import build_sft_data
+    from spreadrl.train.sft_build import build_sft_data, model_context
 
     check_output_file(out, overwrite=overwrite)  # before any rollout: never a silent replace
-    task_set = resolve_tasks(tasks)
-    policy, tokenizer = load_policy(backend, model, base_url=base_url)
+    env, turns, default_tasks = _recipe_settings(config, preset, max_turns)
+    if not (tasks or default_tasks):
+        raise SpreadrlError("give --tasks (a task folder or builtin:<split>) or a --config recipe")
+    task_set = resolve_tasks(tasks or default_tasks)
+    sampler = model if backend != "oracle" else None
+    policy, tokenizer = load_policy(backend, sampler, base_url=base_url)
+    context = model_context(model) if model is not None else None
     # the rollout section's defaults but for the flags: a turn samples up to
     # rollout.max_new_tokens_per_turn (1,024), as in training and eval
-    cfg = RolloutConfig(temperature=temperature, max_turns=max_turns)
-    with make_env_pool(preset) as pool:
+    cfg = RolloutConfig(temperature=temperature, max_turns=turns)
+    with make_env_pool(env) as pool:
         report = build_sft_data(
             task_set,
             policy,
@@ -65,9 +91,24 @@ def sft_build(
             tokenizer=tokenizer,
             samples=samples,
             max_chars=max_chars,
+            context=context,
         )
-    Console().print(
-        f"{report.episodes} episodes, {report.passed} passed -> {report.rows} conversations "
-        f"({report.dropped_too_long} dropped as too long) in {report.path}",
-        markup=False,
-    )
+    Console().print(report.summary(), markup=False)
+
+
+def _recipe_settings(
+    config: Path | None, preset: str | None, max_turns: int | None
+) -> tuple[Any, int, str]:
+    """(env settings, turn budget, default task set): the recipe's, flags overriding."""
+    from dataclasses import replace
+
+    from spreadrl.rollout.config import RolloutConfig
+
+    if config is None:
+        return preset or "full", max_turns or 20, ""
+    from spreadrl.cli.eval import load_eval_recipe
+
+    recipe = load_eval_recipe(config, [])
+    env = recipe.env if preset is None else replace(recipe.env, tools=preset)
+    turns = max_turns or recipe.rollout.max_turns or RolloutConfig().max_turns
+    return env, turns, recipe.data.train_tasks

@@ -79,7 +79,7 @@ def _find_task(ref: str, tasks_dir: Path | None, trajectory: Path) -> Task:
 def _load_trajectory(path: Path) -> dict[str, Any]:
     try:
         data = json.loads(path.read_text())
-    except (OSError, json.JSONDecodeError) as exc:
+    except (OSError, json.JSONDecodeError, UnicodeDecodeError) as exc:
         raise SpreadrlError(f"{path}: cannot read the trajectory ({exc})") from exc
     if not isinstance(data, dict) or not isinstance(data.get("calls"), list):
         raise SpreadrlError(f"{path}: expected {{'task': ..., 'case': 1, 'calls': [...]}}")
@@ -117,6 +117,10 @@ def replay_command(
     """
     from spreadrl.env.episode import replay
 
+    if output is not None:  # a folder in its place is one line before the episode runs
+        from spreadrl.run_folder import check_output_file
+
+        check_output_file(output, overwrite=True, flag="--output")
     data = _load_trajectory(trajectory)
     task = _find_task(data["task"], tasks_dir, trajectory)
     case = int(data.get("case", 1))

@@ -169,25 +169,51 @@ def load_eval_recipe(recipe: Path | None, overrides: list[str]) -> GRPOConfig:
 
 
 @app.command("compare")
-def compare(run_a: Path, run_b: Path) -> None:
-    """Print two eval reports side by side and the cases that flipped."""
+def compare(
+    run_a: Path = typer.Argument(..., help="The first eval run folder (or its report.json)."),
+    run_b: Path = typer.Argument(..., help="The second, compared with the first."),
+) -> None:
+    """Print two eval reports side by side, the paired change in pass@1 and the cases that flipped.
+
+    The change is measured over the cases both runs evaluated, with its 95% interval;
+    a warning says when the runs share only some cases, or none.
+
+    Examples:
+
+      spreadrl eval compare runs/eval-sft runs/eval
+
+      spreadrl eval compare runs/eval-sft/report.json runs/eval/report.json
+    """
     from rich.console import Console
     from rich.table import Table
 
-    from spreadrl.eval.report import compare_reports, load_report
+    from spreadrl.eval.compare import compare as compare_runs
+    from spreadrl.eval.compare import task_set_of
+    from spreadrl.eval.report import load_report
 
-    diff = compare_reports(load_report(run_a), load_report(run_b))
+    diff = compare_runs(load_report(run_a), load_report(run_b))
     table = Table(title="eval compare")
     table.add_column("metric")
     table.add_column(plain(run_a), justify="right")
     table.add_column(plain(run_b), justify="right")
-    for key, (a, b) in diff["metrics"].items():
+    table.add_row("tasks", plain(task_set_of(run_a)), plain(task_set_of(run_b)))
+    table.add_row("cases", str(diff.shared + len(diff.only_a)), str(diff.shared + len(diff.only_b)))
+    for key, (a, b) in diff.metrics.items():
         table.add_row(key, _fmt(a), _fmt(b))
     console = Console()
     console.print(table)
-    console.print(f"improved cases: {len(diff['improved'])}  regressed: {len(diff['regressed'])}")
-    for label in ("improved", "regressed"):
-        for case in diff[label][:20]:
+    warning = diff.warning(str(run_a), str(run_b))
+    if warning:
+        console.print(f"[yellow]warning:[/] {plain(warning)}")
+    if diff.delta is not None:
+        ci = "" if diff.delta_ci95 != diff.delta_ci95 else f" ± {100 * diff.delta_ci95:.1f}"
+        console.print(
+            f"pass@1 change: {100 * diff.delta:+.1f}{ci} points (95% interval) "
+            f"over {diff.shared} shared cases"
+        )
+    console.print(f"improved cases: {len(diff.improved)}  regressed: {len(diff.regressed)}")
+    for label, cases in (("improved", diff.improved), ("regressed", diff.regressed)):
+        for case in cases[:20]:
             console.print(f"  {label}: {case}", markup=False)
 
 

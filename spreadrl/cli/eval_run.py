@@ -79,6 +79,11 @@ def run_eval_command(
 
     console = Console()
     task_set = resolve_tasks(spec.tasks, skip_bad=skip_bad)
+    for problem in task_set.problems:  # --skip-bad: name each task left out, and why
+        console.print(
+            f"[yellow]skipped[/] task {plain(problem.task_id)}: {plain(problem.message)}",
+            highlight=False,
+        )
     with removed_if_failed_start(out, EVAL_FILES):
         claim = claim_run_folder(out, eval_identity(cfg, spec))
         if claim.resumed:

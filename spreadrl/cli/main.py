@@ -68,7 +68,12 @@ def _versions() -> str:
 
 @app.command("version")
 def version_command() -> None:
-    """Print the versions of spreadrl and its key dependencies."""
+    """Print the versions of spreadrl and its key dependencies (paste them into a bug report).
+
+    Examples:
+
+      spreadrl version
+    """
     Console().print(_versions())
 
 

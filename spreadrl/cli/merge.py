@@ -52,7 +52,10 @@ def merge(
     """
     from rich.console import Console
 
+    from spreadrl.run_folder import check_output_folder
     from spreadrl.train.merge import adapter_base, export_checkpoint, merge_lora
+
+    check_output_folder(out, overwrite=overwrite)  # before any input is read
 
     if (adapter is None) == (checkpoint is None):
         raise ConfigError(

@@ -93,7 +93,14 @@ def init(
 
 @app.command("info")
 def info(path: Path = typer.Argument(..., help="A Hugging Face model folder.")) -> None:
-    """Print a checkpoint's parameter count, architecture and vocabulary size."""
+    """Print a checkpoint's parameter count, architecture and vocabulary size.
+
+    Examples:
+
+      spreadrl model info runs/tiny
+
+      spreadrl model info runs/grpo/final
+    """
     from rich.console import Console
     from rich.table import Table
 

@@ -50,6 +50,10 @@ def plan(
         )
     cfg = load_config(GRPOConfig, recipe, overrides or [])
     result = plan_recipe(cfg, Hardware(gpus, gpu_memory, mfu=mfu), shape_name=shape)
+    if not result.fits and all(gib <= gpu_memory for gib in result.phases.values()):
+        # memory is not what stops it (e.g. the prompts do not divide over the ranks):
+        # a table of "fits" rows above "does not fit" would contradict itself
+        raise ConfigError(f"{recipe}: cannot run on {gpus} GPUs; " + "; ".join(result.problems))
     table = Table(title=f"{recipe.name} on {gpus} x {gpu_memory:g} GiB: per GPU")
     table.add_column("")
     table.add_column("GiB", justify="right")
@@ -77,6 +81,21 @@ def plan(
             f"{result.kv_tokens / max(1, result.max_model_len):.1f} sequences of "
             f"{result.max_model_len}; vllm_gpu_memory_utilization fits up to "
             f"{result.largest_utilization:.2f}",
+        )
+    if cfg.model.gradient_checkpointing:
+        from spreadrl.train.plan import (
+            largest_checkpoint_every,
+            load_model_config,
+            model_shape,
+            preset_config,
+        )
+
+        config = preset_config(shape) if shape else load_model_config(cfg.model.name_or_path)
+        every = largest_checkpoint_every(cfg, model_shape(config), result.hardware)
+        table.add_row(
+            "model.checkpoint_every that fits",
+            "-" if every is None else str(every),
+            "recompute every k-th layer only (selective checkpointing)",
         )
     table.add_section()
     for name, value in result.times:

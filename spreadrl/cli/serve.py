@@ -11,9 +11,11 @@ from spreadrl.errors import MissingDependencyError, SpreadrlError
 EXAMPLES = """
 Examples:
 
-  spreadrl serve --model runs/demo/grpo
+  spreadrl serve --model runs/grpo/final
 
-  spreadrl serve --model runs/demo/grpo --port 8080 --max-concurrency 4 --max-queue 32 --timeout 300
+  spreadrl serve --model runs/grpo/final --port 8080 --max-concurrency 4 --max-queue 32 --timeout 300
+
+  spreadrl serve --model runs/grpo/final --view runs/grpo --served-model-name my-agent
 
   spreadrl serve --model Qwen/Qwen3-4B --backend vllm --host 0.0.0.0
 
@@ -57,7 +59,10 @@ def serve(
         "(default: the model's own limit, 262,144 for Qwen3-4B-Thinking).",
     ),
     name: str = typer.Option(
-        None, help="Model name reported by /v1/models (default: folder name)."
+        None,
+        "--served-model-name",
+        "--name",
+        help="Model id reported by /v1/models (default: the run's name, runs/grpo/final -> grpo).",
     ),
     log_level: str = typer.Option("info", help="uvicorn log level."),
     view: Path = typer.Option(
@@ -69,7 +74,7 @@ def serve(
     if backend not in ("hf", "vllm"):
         raise SpreadrlError(f"--backend must be hf or vllm, got {backend!r}")
     try:
-        import uvicorn
+        import uvicorn  # noqa: F401  # the serve extra, checked before anything loads
 
         from spreadrl.serve.app import create_app
         from spreadrl.serve.limits import close_policy
@@ -78,12 +83,26 @@ def serve(
             f"spreadrl serve needs FastAPI and uvicorn ({exc.name} is missing): "
             "pip install 'spreadrl[serve]'"
         ) from exc
+    from rich.console import Console
+
+    from spreadrl.cli.console import plain
     from spreadrl.rollout.backends import load_policy
+    from spreadrl.serve.context import context_tokens, served_model_id
+    from spreadrl.serve.listen import bind, serve_on, url_of
     from spreadrl.serve.schemas import ServeSettings
 
+    if view is not None and not view.is_dir():
+        raise SpreadrlError(f"--view {view}: not a folder; pass a run folder such as runs/demo")
+    if work_dir is not None:  # a file in its place: one line before the port and the model
+        from spreadrl.run_folder import check_output_folder
+
+        check_output_folder(work_dir, overwrite=True, flag="--work-dir")
+    sock = bind(host, port)  # before the model loads: a taken port fails at once
     logging.basicConfig(level=log_level.upper(), format="%(levelname)s %(name)s: %(message)s")
     settings = ServeSettings(
-        model_name=name or Path(model.rstrip("/")).name or model,
+        model_name=name or served_model_id(model),
+        context_tokens=context_tokens(model, max_model_len),
+        view_url="/view/" if view is not None else None,
         backend=backend,
         max_concurrency=max_concurrency,
         max_queue=max_queue,
@@ -93,22 +112,22 @@ def serve(
         preset=preset,
         env_workers=env_workers,
     )
-    if view is not None and not view.is_dir():
-        raise SpreadrlError(f"--view {view}: not a folder; pass a run folder such as runs/demo")
-    policy, tokenizer = load_policy(backend, model, device=device, max_model_len=max_model_len)
+    try:
+        policy, tokenizer = load_policy(backend, model, device=device, max_model_len=max_model_len)
+    except BaseException:
+        sock.close()
+        raise
     try:
         app = create_app(settings, policy, tokenizer, work_dir=work_dir, view_dir=view)
+        where = f"open {url_of(sock)}" + (f" (viewer: {url_of(sock, '/view/')})" if view else "")
+        Console().print(
+            f"[bold]spreadrl serve[/] {plain(settings.model_name)}: {plain(where)}", highlight=False
+        )
         # uvicorn's own shutdown: on SIGINT/SIGTERM it stops accepting, finishes in-flight
         # requests (up to timeout_graceful_shutdown), then runs the app's lifespan exit,
         # which stops the engine; then it re-raises the signal, so no exit handler runs.
-        uvicorn.run(
-            app,
-            host=host,
-            port=port,
-            log_level=log_level,
-            timeout_graceful_shutdown=int(timeout) + 5,
-        )
-    finally:  # also when the app never started (a taken port): vLLM's processes stop here
+        serve_on(sock, app, log_level=log_level, timeout_graceful_shutdown=int(timeout) + 5)
+    finally:  # also when the app never started: vLLM's processes stop here
         close_policy(policy)
 
 

@@ -33,9 +33,9 @@ def sft(
 
       spreadrl data sft-build --tasks builtin:demo-train --out runs/sft.jsonl
 
-      spreadrl sft --config configs/sft-tiny-cpu.yaml data.path=runs/sft.jsonl
+      spreadrl sft --config sft-tiny-cpu model.name_or_path=runs/tiny data.path=runs/sft.jsonl
 
-      spreadrl sft model.name_or_path=runs/tiny data.path=runs/sft.jsonl steps=200
+      spreadrl sft --config sft-tiny-cpu steps=200 output_dir=runs/sft-200
     """
     from spreadrl.cli.recipe import run_recipe
     from spreadrl.train.config import SFTConfig

@@ -34,7 +34,7 @@ def view(
     if not run_dir.is_dir():
         raise SpreadrlError(f"{run_dir}: not a folder; pass a run folder such as runs/demo")
     try:
-        import uvicorn
+        import uvicorn  # noqa: F401  # the serve extra, checked before anything starts
 
         from spreadrl.serve.view import create_view_app, find_runs
     except ImportError as exc:
@@ -48,13 +48,16 @@ def view(
             f"{run_dir}: no metrics.jsonl, trajectories.jsonl or report.json here or in its "
             "sub-folders; point at a training or eval output folder"
         )
+    from spreadrl.serve.listen import bind, serve_on, url_of
+
+    sock = bind(host, port)  # a taken port: one error line, and no URL printed
     console = Console()
     console.print(
         f"[bold]spreadrl view[/] {plain(run_dir)}: {len(runs)} run folder(s): "
         f"{plain(', '.join(runs))}"
     )
-    console.print(f"open [bold]http://{host}:{port}/view/[/]  (Ctrl-C to stop)")
-    uvicorn.run(create_view_app(run_dir), host=host, port=port, log_level="warning")
+    console.print(f"open [bold]{plain(url_of(sock, '/view/'))}[/]  (Ctrl-C to stop)")
+    serve_on(sock, create_view_app(run_dir), log_level="warning")
 
 
 view.__doc__ = "Look at a run: training curves, eval reports and trajectories.\n" + EXAMPLES

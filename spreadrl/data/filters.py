@@ -239,7 +239,8 @@ def load_tokenizer(path: Path) -> PromptTokenizer:
     try:
         return AutoTokenizer.from_pretrained(str(path), local_files_only=True)
     except (OSError, ValueError) as exc:
-        raise SpreadrlError(f"--tokenizer {path}: cannot load a tokenizer ({exc})") from exc
+        reason = " ".join(str(exc).split())  # transformers' messages span lines
+        raise SpreadrlError(f"--tokenizer {path}: cannot load a tokenizer ({reason})") from exc
 
 
 # ---------------------------------------------------------------- pass rate
@@ -257,7 +258,11 @@ def load_pass_rates(run_dir: Path) -> dict[str, tuple[int, int]]:
         raise SpreadrlError(f"--pass-rates {run_dir}: no trajectories.jsonl (run `spreadrl eval`)")
     passed: Counter[str] = Counter()
     total: Counter[str] = Counter()
-    for number, line in enumerate(file.read_text().splitlines(), start=1):
+    try:
+        text = file.read_text()
+    except UnicodeDecodeError as exc:
+        raise SpreadrlError(f"--pass-rates {run_dir}: not an eval's trajectories (binary)") from exc
+    for number, line in enumerate(text.splitlines(), start=1):
         if not line.strip():
             continue
         try:

@@ -34,22 +34,36 @@ _PAGE = """<!doctype html>
   #progress pre { background: #f6f6f6; padding: .3em .5em; margin: .2em 0; white-space: pre-wrap; font-size: .85em; }
   table.changes { border-collapse: collapse; margin: .6em 0; }
   table.changes td, table.changes th { border: 1px solid #ccc; padding: .2em .6em; text-align: left; }
+  #model-line { color: #555; margin-top: -.6em; }
+  .grids { display: flex; gap: 1.5em; flex-wrap: wrap; align-items: flex-start; }
+  table.preview { border-collapse: collapse; font-size: .8em; }
+  table.preview td, table.preview th { border: 1px solid #ddd; padding: .1em .4em; max-width: 12em; overflow: hidden; text-overflow: ellipsis; white-space: nowrap; }
+  table.preview th { background: #f3f3f3; color: #666; font-weight: normal; }
+  table.preview td.changed { background: #fff3c4; }
 </style>
 </head>
 <body>
 <h1>spreadrl spreadsheet agent</h1>
+<p id="model-line">Model: <b id="model-name">@MODEL_NAME@</b>@VIEW_LINK@</p>
 <form id="task-form">
+  <label for="example">Example task</label>
+  <select id="example"><option value="">(your own workbook below)</option></select>
   <label for="file">Workbook (.xlsx)</label>
-  <input id="file" name="file" type="file" accept=".xlsx,.xlsm" required>
+  <input id="file" name="file" type="file" accept=".xlsx,.xlsm">
   <label for="instruction">Instruction</label>
   <textarea id="instruction" name="instruction" required placeholder="e.g. Put the total of column B in B10"></textarea>
   <label for="max_turns">Max turns</label>
   <input id="max_turns" name="max_turns" type="number" min="1" max="100" value="8">
   <label for="preset">Tool preset</label>
   <select id="preset" name="preset">@PRESET_OPTIONS@</select>
+  <label for="temperature">Temperature</label>
+  <input id="temperature" name="temperature" type="number" min="0" max="2" step="0.1" value="0.6">
+  <label for="max_tokens">Max tokens per turn</label>
+  <input id="max_tokens" name="max_tokens" type="number" min="1" placeholder="server default (@MAX_TOKENS@)">
   <button id="run" type="submit">Run agent</button>
 </form>
 <div id="status" role="status"></div>
+<section id="picked" hidden><h2>Workbook</h2><div id="grid-picked"></div></section>
 <section id="progress" hidden>
   <h2>Working: <span id="progress-summary"></span></h2>
   <div id="progress-events"></div>
@@ -58,6 +72,10 @@ _PAGE = """<!doctype html>
   <h2>Result</h2>
   <p id="summary"></p>
   <p><a id="download" href="#" download>Download the edited workbook</a></p>
+  <div class="grids">
+    <div><h2>Before</h2><div id="grid-before"></div></div>
+    <div><h2>After</h2><div id="grid-after"></div></div>
+  </div>
   <h2>Changed cells</h2>
   <table id="changes" class="changes"><thead><tr><th>sheet</th><th>cell</th><th>before</th><th>after</th></tr></thead><tbody></tbody></table>
   <h2>Agent steps</h2>
@@ -73,6 +91,60 @@ function setStatus(text, isError) {
   $("status").textContent = text;
   $("status").className = isError ? "error" : "";
 }
+
+const COLS = "ABCDEFGHIJKLMNOPQRSTUVWXYZ";
+
+/* A preview grid ({sheet, rows}) as a table; cells that differ from `before` are marked. */
+function grid(preview, before) {
+  if (!preview) return el("p", "no output workbook", "note");
+  if (preview.error) return el("p", preview.error, "note");
+  const table = el("table", null, "preview");
+  table.dataset.sheet = preview.sheet;
+  const head = el("tr");
+  head.appendChild(el("th", preview.sheet));
+  const width = Math.max(0, ...preview.rows.map((r) => r.length));
+  for (let c = 0; c < width; c++) head.appendChild(el("th", COLS[c] || "?"));
+  table.appendChild(head);
+  preview.rows.forEach((row, r) => {
+    const tr = el("tr");
+    tr.appendChild(el("th", String(r + 1)));
+    for (let c = 0; c < width; c++) {
+      const text = row[c] === undefined ? "" : row[c];
+      const td = el("td", text);
+      td.dataset.cell = (COLS[c] || "?") + (r + 1);
+      const old = before && before.rows && before.rows[r] ? before.rows[r][c] || "" : "";
+      if (before && !before.error && old !== text) td.className = "changed";
+      tr.appendChild(td);
+    }
+    table.appendChild(tr);
+  });
+  return table;
+}
+
+async function loadExamples() {
+  try {
+    const r = await fetch("/v1/examples");
+    if (!r.ok) return;
+    for (const ex of (await r.json()).data) {
+      const o = el("option", ex.id + ": " + ex.instruction);
+      o.value = ex.id;
+      o.dataset.instruction = ex.instruction;
+      $("example").appendChild(o);
+    }
+  } catch (err) { /* the page works without examples */ }
+}
+
+$("example").addEventListener("change", async () => {
+  const chosen = $("example").selectedOptions[0];
+  $("picked").hidden = true;
+  if (!chosen.value) return;
+  $("instruction").value = chosen.dataset.instruction;
+  const r = await fetch("/v1/examples/" + encodeURIComponent(chosen.value) + "/preview");
+  if (r.ok && $("example").value === chosen.value) {
+    $("grid-picked").replaceChildren(grid(await r.json(), null));
+    $("picked").hidden = false;
+  }
+});
 
 function newProgressId() {
   const bytes = new Uint8Array(8);
@@ -125,6 +197,9 @@ function render(data) {
     const row = el("tr"); const cell = el("td", "no cell changed"); cell.colSpan = 4;
     row.appendChild(cell); body.appendChild(row);
   }
+  const preview = data.preview || {};
+  $("grid-before").replaceChildren(grid(preview.before, null));
+  $("grid-after").replaceChildren(grid(preview.after, preview.before));
   SpreadrlTrajectory.render($("steps"), { messages: data.messages, metadata: { cell_changes: data.cell_changes || {}, assistant_turns: data.assistant_turns || {} } });
   $("result").hidden = false;
 }
@@ -132,6 +207,14 @@ function render(data) {
 $("task-form").addEventListener("submit", async (event) => {
   event.preventDefault();
   const form = new FormData($("task-form"));
+  if (!form.get("max_tokens")) form.delete("max_tokens");  // the server's default
+  const example = $("example").value;
+  if (!$("file").files.length) {
+    if (!example) { setStatus("Choose a workbook, or pick an example task.", true); return; }
+    const r = await fetch("/v1/examples/" + encodeURIComponent(example) + "/input.xlsx");
+    form.set("file", await r.blob(), example + ".xlsx");
+  }
+  $("picked").hidden = true;
   const progressId = newProgressId();
   form.set("progress_id", progressId);
   $("run").disabled = true;
@@ -163,14 +246,21 @@ $("task-form").addEventListener("submit", async (event) => {
     $("run").disabled = false;
   }
 });
+loadExamples();
 </script>
 </body>
 </html>
 """
 
 
-def index_html(default_preset: str = "full") -> str:
-    """The page, with a select of the gym's tool presets (the server's default selected)."""
+def index_html(
+    default_preset: str = "full",
+    model_name: str = "spreadrl",
+    view_url: str | None = None,
+    default_max_tokens: int = 256,
+) -> str:
+    """The page: the served model's name, a link to the run viewer when one is served,
+    and a select of the gym's tool presets (the server's default selected)."""
     from spreadrl.env.tools import PRESETS
 
     names = list(PRESETS)
@@ -181,4 +271,14 @@ def index_html(default_preset: str = "full") -> str:
         f"{html.escape(n)}</option>"
         for n in names
     )
-    return _PAGE.replace("@PRESET_OPTIONS@", options)
+    link = (
+        f' &middot; <a id="view-link" href="{html.escape(view_url)}">training run viewer</a>'
+        if view_url
+        else ""
+    )
+    return (
+        _PAGE.replace("@PRESET_OPTIONS@", options)
+        .replace("@MODEL_NAME@", html.escape(model_name))
+        .replace("@VIEW_LINK@", link)
+        .replace("@MAX_TOKENS@", str(int(default_max_tokens)))
+    )

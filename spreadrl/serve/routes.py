@@ -25,11 +25,15 @@ from fastapi.responses import (
 )
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
+from spreadrl.env.tools import resolve_tools
 from spreadrl.errors import SpreadrlError
 from spreadrl.rollout.chat import EpisodeChat
 from spreadrl.serve import agent
+from spreadrl.serve.context import ContextExceeded, generation_budget
+from spreadrl.serve.examples import example_list, example_workbook
 from spreadrl.serve.limits import Admission, DeadlineExceeded, LockedPolicy, Metrics, Overloaded
 from spreadrl.serve.page import index_html
+from spreadrl.serve.preview import workbook_grid
 from spreadrl.serve.schemas import ChatCompletionRequest, ServeSettings, error_body
 from spreadrl.serve.tasks import (
     PoolFactory,
@@ -137,7 +141,39 @@ def _too_many_tokens(max_tokens: int, settings: ServeSettings) -> JSONResponse |
 
 @router.get("/", response_class=HTMLResponse, include_in_schema=False)
 async def index(served: ServedDep) -> HTMLResponse:
-    return HTMLResponse(index_html(served.settings.preset))
+    settings = served.settings
+    return HTMLResponse(
+        index_html(
+            settings.preset, settings.model_name, settings.view_url, settings.default_max_tokens
+        )
+    )
+
+
+@router.get("/v1/examples")
+async def examples() -> dict[str, Any]:
+    """Built-in example tasks the page offers (instruction + workbook, no upload needed)."""
+    return {"object": "list", "data": example_list()}
+
+
+@router.get("/v1/examples/{task_id}/input.xlsx", response_model=None)
+async def example_input(task_id: str) -> JSONResponse | FileResponse:
+    try:
+        path = example_workbook(task_id)
+    except SpreadrlError as exc:
+        return error(404, str(exc), "not_found", "no_example")
+    return FileResponse(
+        path,
+        media_type="application/vnd.openxmlformats-officedocument.spreadsheetml.sheet",
+        filename=f"{task_id}.xlsx",
+    )
+
+
+@router.get("/v1/examples/{task_id}/preview", response_model=None)
+async def example_preview(task_id: str) -> JSONResponse | dict[str, Any]:
+    try:
+        return workbook_grid(example_workbook(task_id))
+    except SpreadrlError as exc:
+        return error(404, str(exc), "not_found", "no_example")
 
 
 @router.get("/health")
@@ -192,7 +228,11 @@ async def chat(
             "invalid_request_error",
             "model_not_found",
         )
-    result = await admitted(served, agent.complete, served.policy, served.chat, body, max_tokens)
+    asked = bool(body.max_completion_tokens or body.max_tokens)
+    try:
+        result = await admitted(served, _complete_in_context, served, body, max_tokens, asked)
+    except ContextExceeded as exc:
+        return error(400, str(exc), "invalid_request_error", "context_length_exceeded")
     if isinstance(result, JSONResponse):
         return result
     served.metrics.add_tokens(result.prompt_tokens, result.completion_tokens)
@@ -203,6 +243,21 @@ async def chat(
             headers={"cache-control": "no-cache"},
         )
     return agent.completion_body(result, settings.model_name)
+
+
+def _complete_in_context(
+    served: Served, body: ChatCompletionRequest, max_tokens: int, asked: bool
+) -> agent.Completion:
+    """One reply, refused (ContextExceeded) when the prompt does not fit the model's context.
+
+    The prompt is rendered here to count it, and again by ``agent.complete``: a
+    tokenizer pass, small beside generation, keeps the agent unaware of the limit."""
+    context = served.settings.context_tokens
+    if context is not None:
+        tools = [t.model_dump() for t in body.tools] if body.tools else None
+        prompt = served.chat.prompt_ids(agent.to_template_messages(body), tools)
+        max_tokens = generation_budget(len(prompt), max_tokens, asked, context)
+    return agent.complete(served.policy, served.chat, body, max_tokens)
 
 
 @router.post("/v1/tasks", response_model=None)
@@ -226,6 +281,11 @@ async def tasks(
     max_tokens = settings.default_max_tokens if max_tokens is None else max_tokens
     if (refused := _too_many_tokens(max_tokens, settings)) is not None:
         return refused
+    chosen = settings.preset if preset is None else preset
+    try:
+        resolve_tools(chosen)  # an unknown preset or tool: 422 now, not an error episode
+    except SpreadrlError as exc:
+        return error(422, f"preset: {exc}", "invalid_request_error", "unknown_preset")
     data = await file.read()
     try:
         check_upload(file.filename, data)
@@ -235,7 +295,7 @@ async def tasks(
     request = TaskRequest(
         instruction=instruction.strip(),
         max_turns=settings.task_max_turns if max_turns is None else max_turns,
-        preset=settings.preset if preset is None else preset,
+        preset=chosen,
         temperature=temperature,
         max_tokens=max_tokens,
         timeout_s=settings.timeout_s,
@@ -259,7 +319,18 @@ async def tasks(
     finally:
         if progress is not None and not isinstance(result, dict):
             progress.finish()  # refused (503) or failed: the page stops polling
+    if isinstance(result, dict):
+        result["preview"] = _before_after(served, data, result)
     return result
+
+
+def _before_after(served: Served, data: bytes, result: dict[str, Any]) -> dict[str, Any]:
+    """Grids of the uploaded workbook and of the agent's output (None when it has none)."""
+    output = served.store.output_path(result["id"]) if served.store and "id" in result else None
+    return {
+        "before": workbook_grid(data),
+        "after": workbook_grid(output) if output is not None else None,
+    }
 
 
 @router.get("/v1/tasks/progress/{progress_id}", response_model=None)

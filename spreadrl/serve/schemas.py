@@ -32,6 +32,8 @@ class ServeSettings:
     task_max_turns: int = 20
     task_max_response_tokens: int = 8192
     keep_tasks: int = 32  # finished task folders kept for download; older ones are deleted
+    context_tokens: int | None = None  # the model's context; a longer prompt gets 400
+    view_url: str | None = None  # where the run viewer is (--view), linked from the page
 
 
 class ToolCallFunction(BaseModel):

@@ -31,6 +31,7 @@ log = logging.getLogger(__name__)
 
 ASSETS = Path(__file__).resolve().parent.parent / "assets" / "web"
 RUN_FILES = ("metrics.jsonl", "trajectories.jsonl", "report.json")
+MAX_CONFIG_CHARS = 200_000  # a config.yaml is a few KB; a huge file is cut, not streamed
 MAX_DEPTH = 2
 MAX_LIST = 2000  # trajectory summaries returned by one listing
 _TYPES = {".js": "text/javascript", ".css": "text/css", ".html": "text/html", ".png": "image/png"}
@@ -194,13 +195,26 @@ async def runs(root: RootDep) -> dict[str, Any]:
         report = folder / "report.json"
         # reports are offered oldest first: the demo's "before" eval, then "after"
         mtime = report.stat().st_mtime if files["report.json"] else None
-        out.append({"name": name, **files, "report_mtime": mtime})
+        config = (folder / "config.yaml").is_file()
+        out.append({"name": name, **files, "config.yaml": config, "report_mtime": mtime})
     return {"root": str(root.resolve()), "runs": out}
 
 
 @view_router.get("/api/metrics")
 async def metrics(run: str, root: RootDep) -> dict[str, Any]:
     return {"run": run, "rows": read_jsonl(run_folder(root, run) / "metrics.jsonl")}
+
+
+@view_router.get("/api/config")
+async def config(run: str, root: RootDep) -> dict[str, Any]:
+    """The run's resolved config.yaml as text: what the curves were trained with."""
+    path = run_folder(root, run) / "config.yaml"
+    if not path.is_file():
+        raise HTTPException(404, f"run {run!r} has no config.yaml")
+    try:
+        return {"run": run, "text": path.read_text()[:MAX_CONFIG_CHARS]}
+    except UnicodeDecodeError as exc:
+        raise HTTPException(422, f"{path}: not text") from exc
 
 
 @view_router.get("/api/report")

@@ -63,6 +63,12 @@ class ModelConfig(Section):
     compile_layers: bool = option(
         False, "torch.compile each decoder layer (one shared graph; the first step compiles)."
     )
+    packed_sequences: bool = option(
+        False,
+        "Pack each micro-batch's rows into one sequence with no padding (position resets; a "
+        "varlen flash kernel where installed, a block-diagonal mask otherwise); not with "
+        "optim.shared_prefix's prefix rows.",
+    )
 
     def validate(self) -> None:
         if self.checkpoint_every < 1:

@@ -18,8 +18,10 @@ compare them within float tolerance):
 - fused AdamW (``optim.fused_adamw``): one kernel for every parameter's step
   (:func:`spreadrl.train.optimizer.build_optimizer`).
 
-Packed (varlen) attention with no padding inside a micro-batch is not here: see
-docs/benchmarks.md (issue 36 levers) for why.
+- :func:`use_packed_sequences`: packed micro-batches (``model.packed_sequences``,
+  :mod:`spreadrl.train.packing`): no padding inside a micro-batch, the rows
+  separated by position resets (a varlen flash kernel where one is installed,
+  a block-diagonal mask otherwise).
 """
 
 from __future__ import annotations
@@ -35,6 +37,7 @@ from spreadrl.train.distributed import decoder_layers
 log = logging.getLogger(__name__)
 
 FUSED_HEAD_FLAG = "_spreadrl_fused_logprob_head"
+PACKED_FLAG = "_spreadrl_packed_sequences"
 
 
 def apply_model_levers(model: nn.Module, model_cfg: ModelConfig) -> None:
@@ -44,6 +47,8 @@ def apply_model_levers(model: nn.Module, model_cfg: ModelConfig) -> None:
         checkpoint_every(model, model_cfg.checkpoint_every)
     if model_cfg.fused_logprob_head:
         use_fused_head(model)
+    if model_cfg.packed_sequences:
+        use_packed_sequences(model)
     if model_cfg.compile_layers:
         compile_decoder_layers(model)
 
@@ -90,6 +95,17 @@ def use_fused_head(model: nn.Module) -> bool:
         return False
     setattr(model, FUSED_HEAD_FLAG, True)
     return True
+
+
+def use_packed_sequences(model: nn.Module) -> None:
+    """Mark ``model``: its log-prob passes pack each micro-batch (:mod:`spreadrl.train.packing`)."""
+    setattr(model, PACKED_FLAG, True)
+
+
+def packed_on(model: nn.Module) -> bool:
+    """Whether :func:`use_packed_sequences` marked ``model`` (or the model it wraps)."""
+    inner = getattr(model, "module", model)
+    return bool(getattr(model, PACKED_FLAG, False) or getattr(inner, PACKED_FLAG, False))
 
 
 def fused_head_on(model: nn.Module) -> bool:

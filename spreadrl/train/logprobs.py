@@ -44,7 +44,8 @@ from torch.utils.checkpoint import checkpoint
 
 from spreadrl.rollout.kv_cache import cache_name, output_cache
 from spreadrl.rollout.sampling import process_logits
-from spreadrl.train.levers import fused_head_on
+from spreadrl.train.levers import fused_head_on, packed_on
+from spreadrl.train.packing import pack
 
 # CPU: float32 logits per chunk, 2**24 values (64 MiB); at a 151,936 vocabulary that is
 # 110 tokens, at the tiny preset's few thousand it is a whole micro-batch. Small on
@@ -333,12 +334,16 @@ def sequence_logprobs(
         "attention_mask": batch["attention_mask"].to(device),
         "use_cache": False,
     }
+    model_ids, model_positions = input_ids, positions
+    if "prefix_ids" not in batch and packed_on(model):  # model.packed_sequences
+        model_ids, pos_ids, model_positions = pack(input_ids, forward["attention_mask"], positions)
+        forward = {"position_ids": pos_ids, "use_cache": False}
     with compute_context(model, compute_dtype):
         if "prefix_ids" in batch:
             forward = _prefix_inputs(model, batch, device)
-        head = _selective_head(model.get_output_embeddings(), positions, targets, kwargs)
+        head = _selective_head(model.get_output_embeddings(), model_positions, targets, kwargs)
         with _head_swapped(model, head):
-            out = model(input_ids=input_ids, **forward).logits
+            out = model(input_ids=model_ids, **forward).logits
     shape = positions.shape
     if entropy:
         logp_sel, ent_sel = out[:, 0], out[:, 1]

@@ -115,9 +115,11 @@ def sft_update(
     return {**stats, "grad_norm": grad_norm, "lr": scheduler.get_last_lr()[0]}
 
 
-def dropped_line(dropped: int, max_length: int) -> str:
-    """What SFT says of the conversations it left out (never cut)."""
-    return f"dropped {dropped} conversations longer than max_length={max_length} (never cut)"
+def dropped_line(dropped: int, limit: int, max_length: int) -> str:
+    """What SFT says of the conversations it left out (never cut): longer than ``limit``,
+    which is ``max_length`` or, when shorter, the model's context."""
+    why = f"the model's {limit}-token context" if limit < max_length else "max_length"
+    return f"dropped {dropped} conversations longer than {limit} tokens ({why}; never cut)"
 
 
 def sft_step_line(step: int, steps: int, metrics: dict[str, float]) -> str:
@@ -158,9 +160,13 @@ def train_sft(
     info = run.info
     model, tokenizer = run.build_model(cfg.model)
     pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0
-    data = load_sft_dataset(Path(cfg.data.path), tokenizer, cfg.max_length)
+    # a row longer than the model's positions cannot be trained on: max_length never
+    # exceeds the context (the README's rows were 5k tokens for a 4k model, issue 32)
+    context = getattr(model.config, "max_position_embeddings", None) or cfg.max_length
+    limit = min(cfg.max_length, context)
+    data = load_sft_dataset(Path(cfg.data.path), tokenizer, limit)
     if data.dropped_too_long:
-        console.print(f"[yellow]{dropped_line(data.dropped_too_long, cfg.max_length)}[/]")
+        console.print(f"[yellow]{dropped_line(data.dropped_too_long, limit, cfg.max_length)}[/]")
     steps = cfg.total_steps(len(data.samples))
     compute = run.precision.compute
     shard_model(model, info, compute_dtype=compute, cpu_offload=cfg.model.cpu_offload)

@@ -43,8 +43,14 @@ def read_jsonl(path: Path) -> list[dict[str, Any]]:
         raise SpreadrlError(
             f"{path}: SFT data file not found (build one with `spreadrl data sft-build`)"
         )
+    if path.is_dir():
+        raise SpreadrlError(f"{path}: a folder; data.path names the SFT data file (.jsonl)")
+    try:
+        text = path.read_text()
+    except UnicodeDecodeError as exc:
+        raise SpreadrlError(f"{path}: not a JSONL file (binary)") from exc
     rows = []
-    for number, line in enumerate(path.read_text().splitlines(), start=1):
+    for number, line in enumerate(text.splitlines(), start=1):
         if not line.strip():
             continue
         try:

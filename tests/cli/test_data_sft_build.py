@@ -3,10 +3,13 @@
 from __future__ import annotations
 
 import json
+import shutil
+from pathlib import Path
 
 from typer.testing import CliRunner
 
 from spreadrl.cli.main import app
+from spreadrl.errors import SpreadrlError
 from spreadrl.rollout import backends
 from spreadrl.rollout.config import RolloutConfig
 from spreadrl.rollout.scripted import OraclePolicy
@@ -41,3 +44,59 @@ def test_sft_build_asks_each_turn_for_the_rollout_sections_token_budget(tmp_path
     assert {(p.max_new_tokens, p.temperature, p.seed) for p in seen} == {(budget, 0.5, 3)}
     rows = [json.loads(line) for line in out.read_text().splitlines()]
     assert len(rows) == 2  # the oracle's reference conversations passed and were kept
+
+
+RECIPE = Path(__file__).resolve().parents[2] / "configs" / "tiny-cpu.yaml"
+
+
+def _easy_tasks(tmp_path: Path) -> Path:
+    tasks = tmp_path / "tasks"
+    argv = ["data", "synth", "--out", str(tasks), "--n", "3", "--cases", "1"]
+    made = runner.invoke(app, [*argv, "--families", "column_sum", "--difficulty", "easy"])
+    assert made.exit_code == 0, made.output
+    return tasks
+
+
+def test_sft_build_with_a_recipe_writes_rows_in_its_tools_and_overview(tmp_path):
+    """The README's rows were in the full preset with an overview, 5k tokens each, while
+    its GRPO recipe samples with one tool and no overview: SFT taught another format."""
+    out = tmp_path / "sft.jsonl"
+    built = runner.invoke(
+        app,
+        ["data", "sft-build", "--config", str(RECIPE), "--tasks", str(_easy_tasks(tmp_path))]
+        + ["--out", str(out)],
+    )
+    assert built.exit_code == 0, built.output
+    rows = [json.loads(line) for line in out.read_text().splitlines()]
+    assert rows
+    for row in rows:
+        assert [t["function"]["name"] for t in row["tools"]] == ["write_range"]
+        user = next(m["content"] for m in row["messages"] if m["role"] == "user")
+        assert "Sheet1" not in user  # env.overview: none, no workbook preview in the prompt
+        assert sum(m["role"] == "assistant" for m in row["messages"]) <= 2  # max_turns: 2
+
+
+def _short_context_model(tiny_model_dir: Path, tmp_path: Path, positions: int) -> Path:
+    model = tmp_path / "short"
+    shutil.copytree(tiny_model_dir, model)
+    config = json.loads((model / "config.json").read_text())
+    config["max_position_embeddings"] = positions
+    (model / "config.json").write_text(json.dumps(config))
+    return model
+
+
+def test_rows_over_the_models_context_are_dropped_and_counted(tiny_model_dir, tmp_path):
+    tasks = _easy_tasks(tmp_path)
+    out = tmp_path / "sft.jsonl"
+    argv = ["data", "sft-build", "--config", str(RECIPE), "--tasks", str(tasks)]
+    argv += ["--out", str(out), "--model"]
+    fits = runner.invoke(app, [*argv, str(tiny_model_dir)], terminal_width=200)
+    assert fits.exit_code == 0, fits.output
+    assert "dropped 0 over the model's 4096-token context" in fits.output
+    kept = len(out.read_text().splitlines())
+    assert kept
+    short = _short_context_model(tiny_model_dir, tmp_path, 64)
+    refused = runner.invoke(app, [*argv, str(short), "--overwrite"], terminal_width=200)
+    assert isinstance(refused.exception, SpreadrlError)
+    assert f"every one of the {kept} conversations is longer than" in str(refused.exception)
+    assert "64-token context" in str(refused.exception)

@@ -10,6 +10,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import pytest
+
 from spreadrl.run_folder import RUN_FILE
 from tests.cli.test_cli_mistakes import cli, one_error_line
 
@@ -109,6 +111,7 @@ def _grpo_args(model_dir: Path, out: Path, steps: int) -> list[str]:
     ]
 
 
+@pytest.mark.slow
 def test_grpo_resumes_cut_back_refuses_other_recipes_and_resume_changes_steps(
     tiny_model_dir, tmp_path, monkeypatch, capsys
 ):
@@ -147,6 +150,7 @@ def test_grpo_resumes_cut_back_refuses_other_recipes_and_resume_changes_steps(
 # ---- sft ----
 
 
+@pytest.mark.slow
 def test_sft_without_a_checkpoint_starts_its_log_over_and_refuses_another_recipe(
     tiny_model_dir, tmp_path, monkeypatch, capsys
 ):

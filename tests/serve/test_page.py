@@ -132,3 +132,91 @@ def test_page_uploads_runs_and_shows_steps_in_chromium(app_factory, tiny_policy,
     assert seen["changes"] == [["Sheet1", "C1", "", "total"], ["Sheet1", "C2", "", "=SUM(B2:B4)"]]
     assert re.fullmatch(r"/v1/tasks/[0-9a-f]+/output\.xlsx", seen["href"])
     assert seen["download"] == {"status": 200, "magic": "PK"}
+
+
+EXAMPLE_HARNESS = """<!doctype html><html><body><pre id="out">pending</pre>
+<iframe id="app" src="/" width="1000" height="800"></iframe>
+<script>
+const out = document.getElementById("out");
+const frame = document.getElementById("app");
+function report(obj) { out.textContent = "RESULT " + JSON.stringify(obj); }
+function waitFor(test, ms) {
+  return new Promise((resolve, reject) => {
+    const start = Date.now();
+    const timer = setInterval(() => {
+      let value = null;
+      try { value = test(); } catch (e) {}
+      if (value) { clearInterval(timer); resolve(value); }
+      else if (Date.now() - start > ms) { clearInterval(timer); reject(new Error("timed out")); }
+    }, 50);
+  });
+}
+const gridText = (box) => [...box.querySelectorAll("table.preview tr")].map(
+  (r) => [...r.children].map((c) => c.textContent));
+frame.addEventListener("load", async () => {
+  try {
+    const doc = frame.contentDocument;
+    const select = doc.getElementById("example");
+    await waitFor(() => select.options.length > 1, 15000);
+    select.value = select.options[1].value;
+    select.dispatchEvent(new Event("change"));
+    await waitFor(() => !doc.getElementById("picked").hidden, 15000);
+    const picked = gridText(doc.getElementById("grid-picked"));
+    doc.getElementById("temperature").value = "0.3";
+    doc.getElementById("max_tokens").value = "7";
+    doc.getElementById("run").click();
+    await waitFor(() => !doc.getElementById("result").hidden || doc.getElementById("status").className === "error", 15000);
+    const link = doc.getElementById("view-link");
+    report({
+      status: doc.getElementById("status").textContent,
+      examples: select.options.length - 1,
+      instruction: doc.getElementById("instruction").value,
+      chosen: select.selectedOptions[0].dataset.instruction,
+      picked: picked,
+      before: gridText(doc.getElementById("grid-before")),
+      after: gridText(doc.getElementById("grid-after")),
+      changed: [...doc.querySelectorAll("#grid-after td.changed")].map((td) => [td.dataset.cell, td.textContent]),
+      model: doc.getElementById("model-name").textContent,
+      view: link ? link.getAttribute("href") : null,
+    });
+  } catch (err) { report({error: String(err)}); }
+});
+</script></body></html>"""
+
+
+class RecordingPolicy(ScriptedPolicy):
+    """The scripted turns, recording the sampling settings of each call."""
+
+    def __init__(self, tokenizer, turns):
+        super().__init__(tokenizer, turns)
+        self.params = []
+
+    def act(self, contexts, params):
+        self.params.append(params)
+        return super().act(contexts, params)
+
+
+def test_page_runs_a_built_in_example_with_no_file_and_shows_before_and_after(
+    app_factory, tiny_policy, tmp_path
+):
+    """Issue 32 item 8: an example picker, before/after grids, temperature and max-tokens
+    fields, the model's name and, with --view, a link to the viewer."""
+    policy = RecordingPolicy(tiny_policy[1], [tool_call("write_cell", cell="H1", value="=1+1")])
+    app = app_factory(
+        policy=policy, pool_factory=workbook_pool_factory(), model_name="grpo", view_url="/view/"
+    )
+    app.add_api_route("/_test/harness", lambda: HTMLResponse(EXAMPLE_HARNESS), methods=["GET"])
+    with live_server(app) as url:
+        dom = _chromium_dom(f"{url}/_test/harness", tmp_path / "profile")
+    shutil.rmtree(tmp_path / "profile", ignore_errors=True)
+    match = re.search(r"RESULT (\{.*\})</pre>", dom, re.S)
+    assert match, f"the page flow did not finish; DOM was:\n{dom[:2000]}"
+    seen = json.loads(html.unescape(match.group(1)))
+    assert "error" not in seen, seen
+    assert seen["status"] == "Done."
+    assert seen["examples"] >= 1 and seen["instruction"] == seen["chosen"]
+    assert len(seen["picked"]) > 1 and seen["before"] == seen["picked"]  # the example's book
+    assert seen["changed"] == [["H1", "=1+1"]]  # the after grid marks what the agent wrote
+    assert seen["after"][0][8] == "H" and seen["after"][1][8] == "=1+1"  # header row, then row 1
+    assert {(p.temperature, p.max_new_tokens) for p in policy.params} == {(0.3, 7)}
+    assert seen["model"] == "grpo" and seen["view"] == "/view/"

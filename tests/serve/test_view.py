@@ -36,7 +36,7 @@ def run_dir(tmp_path_factory):
 
 
 def test_find_runs_names_the_sub_folders_with_run_files(run_dir):
-    assert sorted(find_runs(run_dir)) == ["eval-grpo", "eval-sft", "grpo"]
+    assert sorted(find_runs(run_dir)) == ["eval-grpo", "eval-sft", "grpo", "sft"]
 
 
 def test_api_serves_metrics_reports_and_filtered_trajectories(run_dir):
@@ -122,6 +122,19 @@ frame.addEventListener("load", async () => {
       calls: [...box.querySelectorAll("pre.call")].map((p) => p.textContent),
       text: [...box.querySelectorAll("pre.model-text")].map((p) => p.textContent),
     };
+    // curves: one unit per chart, the run's config, EMA smoothing, and two runs overlaid
+    const win = frame.contentWindow;
+    const unsmoothed = win.spreadrlCharts.map((c) => ({title: c.title, keys: c.keys, data: c.data}));
+    const config = doc.querySelector('#configs details[data-run="grpo"] pre').textContent;
+    doc.getElementById("smooth").value = "0.9";
+    doc.getElementById("smooth").dispatchEvent(new Event("input"));
+    await waitFor(() => win.spreadrlCharts.length && doc.getElementById("smooth-value").textContent === "0.90" && win.spreadrlCharts, 15000);
+    const smoothed = win.spreadrlCharts.map((c) => ({title: c.title, data: c.data}));
+    doc.querySelector('#metrics-runs input[value="sft"]').click();
+    const overlaid = await waitFor(() => {
+      const charts = win.spreadrlCharts.map((c) => ({title: c.title, labels: c.labels}));
+      return charts.some((c) => c.labels.some((l) => l.startsWith("sft: "))) && charts;
+    }, 15000);
     doc.querySelector("#traj-turns details.reasoning").open = true;  // for the screenshot
     doc.getElementById("trajectories").scrollIntoView();
     report({
@@ -136,6 +149,10 @@ frame.addEventListener("load", async () => {
       head: doc.getElementById("traj-head").textContent,
       reasoning: reasoning,
       oldFile: oldFile,
+      unsmoothed: unsmoothed,
+      smoothed: smoothed,
+      overlaid: overlaid,
+      config: config,
     });
   } catch (err) { report({error: String(err)}); }
 });
@@ -169,6 +186,25 @@ def _chromium(url: str, profile: Path, screenshot: Path) -> None:
     assert proc.returncode == 0, proc.stderr[-2000:]
 
 
+def _check_curves(seen: dict) -> None:
+    """No chart mixes seconds with rates; smoothing changes the curves; runs overlay; the
+    config shows (issue 32: tokens_per_s was drawn on the seconds axis)."""
+    by_title = {c["title"]: c for c in seen["unsmoothed"]}
+    for chart in seen["unsmoothed"]:
+        rates = [k.endswith("_per_s") for k in chart["keys"]]
+        assert all(rates) or not any(rates), f"{chart['title']} mixes units: {chart['keys']}"
+    assert by_title["Throughput (per second)"]["keys"] == ["tokens_per_s"]
+    assert "tokens_per_s" not in by_title["Time per step (s)"]["keys"]
+    raw = by_title["Pass rate"]["data"][1]
+    smooth = {c["title"]: c["data"] for c in seen["smoothed"]}["Pass rate"][1]
+    assert raw == [0.25, 0.5, 0.75]
+    assert smooth[0] == raw[0] and smooth[1] < raw[1] and smooth[2] < raw[2]  # lags the rise
+    overlaid = {c["title"]: c["labels"] for c in seen["overlaid"]}
+    assert {"grpo: step_s", "sft: step_s"} <= set(overlaid["Time per step (s)"])
+    assert overlaid["Loss"] == ["sft: loss"]
+    assert "group_size: 4" in seen["config"]
+
+
 def test_viewer_page_in_chromium_shows_curves_reports_and_a_changed_cell(run_dir, tmp_path):
     app = create_view_app(run_dir)
     results: list[dict] = []
@@ -188,6 +224,7 @@ def test_viewer_page_in_chromium_shows_curves_reports_and_a_changed_cell(run_dir
     assert results, "the harness never reported (the page did not finish loading)"
     seen = results[0]
     assert "error" not in seen, seen
+    _check_curves(seen)
     assert seen["charts"][:4] == [
         "Reward (mean, and its parts)",
         "Pass rate",

@@ -50,7 +50,8 @@ BAD = [
 
 
 def build_run(root: Path, steps: int = 3, per_step: int = 4) -> Path:
-    """root/grpo (metrics + trajectories), root/eval-sft and root/eval-grpo (report + trajectories)."""
+    """root/grpo (metrics + trajectories + config), root/sft (metrics), root/eval-sft and
+    root/eval-grpo (report + trajectories)."""
     (root / "tasks").mkdir(parents=True, exist_ok=True)
     task = make_task(root / "tasks", revenue_answer)
     with make_env_pool("full") as pool:
@@ -78,8 +79,17 @@ def build_run(root: Path, steps: int = 3, per_step: int = 4) -> Path:
                 "generate_s": 1.0,
                 "tools_s": 0.2,
                 "update_s": 0.5,
+                "step_s": 1.7,
+                "tokens_per_s": 900.0 + 10 * step,  # a rate: ends "_s" too, not seconds
             }
             fh.write(json.dumps(row) + "\n")
+    (grpo / "config.yaml").write_text("rollout:\n  group_size: 4\noptim:\n  lr: 5.0e-05\n")
+    sft = root / "sft"  # a second training run, for overlaid curves
+    sft.mkdir()
+    rows = [
+        {"step": s, "loss": 3.0 / s, "step_s": 0.8, "tokens_per_s": 1200.0} for s in (1, 2, 3, 4)
+    ]
+    (sft / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
     for step in range(1, steps + 1):
         save_step_trajectories(grpo, step, trajs, [{"outcome": t.reward} for t in trajs], per_step)
     for name, chosen in (("eval-sft", trajs[1::2]), ("eval-grpo", trajs)):

@@ -186,3 +186,27 @@ def test_the_settings_apply_the_levers_to_a_built_model(monkeypatch):
     apply_model_levers(model, cfg)
     assert [layer.gradient_checkpointing for layer in model.model.layers] == [1, 0, 0, 1]
     assert fused_head_on(model) and compiled == [model]
+
+
+def test_packed_micro_batches_give_the_padded_log_probs_and_gradients():
+    from spreadrl.train.levers import packed_on, use_packed_sequences
+    from spreadrl.train.packing import pack
+
+    batch = _batch()
+    ids, positions, trained = pack(batch["input_ids"], batch["attention_mask"], batch["loss_mask"])
+    assert ids.shape == (1, 24 + 17 + 30)  # the real tokens only: no padding
+    assert positions[0, 24].item() == 0 and positions[0, 24 + 17].item() == 0  # resets
+    assert int(trained.sum()) == int(batch["loss_mask"].sum())
+    padded = _model()
+    loss0, grads0 = _loss_and_grads(padded, temperature=0.7, top_k=20, entropy=True)
+    packed = _model()
+    use_packed_sequences(packed)
+    assert packed_on(packed)
+    seen = []
+    packed.register_forward_pre_hook(
+        lambda _m, args, kw: seen.append(kw["input_ids"].shape), with_kwargs=True
+    )
+    loss1, grads1 = _loss_and_grads(packed, temperature=0.7, top_k=20, entropy=True)
+    assert seen == [(1, 71)]
+    assert torch.allclose(loss0, loss1, atol=1e-5)
+    _close(grads0, grads1, tol=1e-5)

@@ -6,6 +6,9 @@
 const $ = (id) => document.getElementById(id);
 const el = SpreadrlTrajectory.el;
 const COLORS = ["#1f77b4", "#d62728", "#2ca02c", "#ff7f0e", "#9467bd", "#8c564b", "#e377c2", "#17becf"];
+// Each chart holds one unit: a seconds key ends "_s", a rate "_per_s" (tokens_per_s once
+// landed on the seconds axis because it too ends "_s").
+const isRate = (k) => k.endsWith("_per_s");
 const GROUPS = [
   ["Reward (mean, and its parts)", (k) => k === "reward_mean" || k.startsWith("reward/")],
   ["Pass rate", (k) => k === "pass_rate"],
@@ -14,9 +17,11 @@ const GROUPS = [
   ["KL to the reference", (k) => k === "kl"],
   ["Entropy", (k) => k === "entropy"],
   ["Clip fraction", (k) => k.startsWith("clip_frac")],
-  ["Time per step (s)", (k) => k.endsWith("_s")],
+  ["Time per step (s)", (k) => k.endsWith("_s") && !isRate(k)],
+  ["Throughput (per second)", (k) => isRate(k)],
   ["Loss", (k) => k === "loss" || k.endsWith("_loss")],
 ];
+window.spreadrlCharts = [];  // the drawn uPlot charts (the browser test reads their series)
 
 async function getJSON(url) {
   const r = await fetch(url);
@@ -39,32 +44,102 @@ function fmt(v) {
 }
 
 /* ---- curves ---------------------------------------------------------- */
-function chart(title, keys, rows, parent) {
+// Exponential moving average with TensorBoard's debiasing, so the first points are not
+// pulled towards 0; gaps (null) stay gaps.
+function smooth(values, weight) {
+  if (!weight) return values;
+  let last = 0, n = 0;
+  return values.map((v) => {
+    if (v === null) return null;
+    last = last * weight + (1 - weight) * v;
+    n += 1;
+    return last / (1 - Math.pow(weight, n));
+  });
+}
+
+function chart(title, series, parent, weight) {
   const box = el("div", null, "chart");
   box.dataset.title = title;
   parent.appendChild(box);
-  const xs = rows.map((r) => r.step);
-  const data = [xs, ...keys.map((k) => rows.map((r) => (typeof r[k] === "number" ? r[k] : null)))];
-  const series = [{ label: "step" }, ...keys.map((k, i) => ({ label: k, stroke: COLORS[i % COLORS.length], width: 1.5 }))];
+  const xs = [...new Set(series.flatMap((s) => s.rows.map((r) => r.step)))].sort((a, b) => a - b);
+  const data = [xs, ...series.map((s) => {
+    const byStep = new Map(s.rows.map((r) => [r.step, typeof r[s.key] === "number" ? r[s.key] : null]));
+    return smooth(xs.map((x) => (byStep.has(x) ? byStep.get(x) : null)), weight);
+  })];
+  const lines = [{ label: "step" }, ...series.map((s, i) => ({ label: s.label, stroke: COLORS[i % COLORS.length], width: 1.5, spanGaps: true }))];
   const width = Math.max(320, box.clientWidth - 12);
   const steps = { incrs: [1, 2, 5, 10, 20, 50, 100, 200, 500, 1000, 2000, 5000] };  // whole steps
-  new uPlot({ title: title, width: width, height: 220, scales: { x: { time: false } }, axes: [steps, { size: 64 }], series: series }, data, box);
+  const plot = new uPlot({ title: title, width: width, height: 220, scales: { x: { time: false } }, axes: [steps, { size: 64 }], series: lines }, data, box);
+  window.spreadrlCharts.push({ title: title, keys: series.map((s) => s.key), labels: series.map((s) => s.label), data: plot.data });
 }
 
-async function loadMetrics(run) {
+const metricRows = new Map();  // run -> its rows, fetched once per page load
+
+async function rowsOf(run) {
+  if (!metricRows.has(run)) {
+    const rows = (await getJSON("api/metrics?run=" + encodeURIComponent(run))).rows.filter((r) => typeof r.step === "number");
+    metricRows.set(run, rows);
+  }
+  return metricRows.get(run);
+}
+
+function checkedRuns() {
+  return [...document.querySelectorAll("#metrics-runs input:checked")].map((c) => c.value);
+}
+
+async function loadMetrics() {
   const charts = $("charts");
+  const runs = checkedRuns();
+  const weight = Number($("smooth").value);
+  $("smooth-value").textContent = weight.toFixed(2);
   charts.replaceChildren();
-  if (!run) { charts.appendChild(el("p", "No metrics.jsonl in this run folder.", "empty")); return; }
-  const rows = (await getJSON("api/metrics?run=" + encodeURIComponent(run))).rows.filter((r) => typeof r.step === "number");
-  if (!rows.length) { charts.appendChild(el("p", "metrics.jsonl is empty.", "empty")); return; }
-  const keys = [...new Set(rows.flatMap((r) => Object.keys(r).filter((k) => k !== "step" && typeof r[k] === "number")))];
+  window.spreadrlCharts = [];
+  if (!runs.length) { charts.appendChild(el("p", "No metrics.jsonl in this run folder.", "empty")); return; }
+  const byRun = await Promise.all(runs.map(async (run) => [run, await rowsOf(run)]));
+  const keys = [...new Set(byRun.flatMap(([, rows]) => rows.flatMap((r) => Object.keys(r).filter((k) => k !== "step" && typeof r[k] === "number"))))];
+  if (!keys.length) { charts.appendChild(el("p", "metrics.jsonl is empty.", "empty")); return; }
+  // one series per (run, key); a run's name prefixes its label once several are overlaid
+  const seriesOf = (group) => byRun.flatMap(([run, rows]) => group
+    .filter((k) => rows.some((r) => typeof r[k] === "number"))
+    .map((k) => ({ key: k, rows: rows, label: runs.length > 1 ? run + ": " + k : k })));
   const used = new Set();
   for (const [title, match] of GROUPS) {
     const group = keys.filter((k) => !used.has(k) && match(k));
     group.forEach((k) => used.add(k));
-    if (group.length) chart(title, group, rows, charts);
+    if (group.length) chart(title, seriesOf(group), charts, weight);
   }
-  for (const k of keys.filter((k) => !used.has(k))) chart(k, [k], rows, charts);
+  for (const k of keys.filter((k) => !used.has(k))) chart(k, seriesOf([k]), charts, weight);
+  await loadConfigs(runs);
+}
+
+async function loadConfigs(runs) {
+  const box = $("configs");
+  box.replaceChildren();
+  for (const run of runs) {
+    let text;
+    try { text = (await getJSON("api/config?run=" + encodeURIComponent(run))).text; } catch (e) { continue; }
+    const details = el("details", null, "config");
+    details.dataset.run = run;
+    details.appendChild(el("summary", "config.yaml of " + run));
+    details.appendChild(el("pre", text));
+    box.appendChild(details);
+  }
+}
+
+function runCheckboxes(runs, checked) {
+  const box = $("metrics-runs");
+  box.replaceChildren();
+  for (const run of runs) {
+    const label = el("label", null);
+    const input = el("input", null);
+    input.type = "checkbox";
+    input.value = run;
+    input.checked = run === checked;
+    input.addEventListener("change", () => loadMetrics());
+    label.appendChild(input);
+    label.appendChild(document.createTextNode(run));
+    box.appendChild(label);
+  }
 }
 
 /* ---- eval reports ---------------------------------------------------- */
@@ -208,7 +283,6 @@ async function main() {
   const withFile = (f) => info.runs.filter((r) => r[f]).map((r) => r.name);
   const metricRuns = withFile("metrics.jsonl"), trajRuns = withFile("trajectories.jsonl");
   const reportRuns = info.runs.filter((r) => r["report.json"]).sort((a, b) => a.report_mtime - b.report_mtime).map((r) => r.name);
-  fillSelect($("metrics-run"), metricRuns, false);
   fillSelect($("report-a"), reportRuns, true);
   fillSelect($("report-b"), reportRuns, true);
   // the two newest reports, older as A: the demo's eval before and after RL
@@ -216,14 +290,15 @@ async function main() {
   if (reportRuns.length > 1) $("report-b").value = reportRuns[reportRuns.length - 1];
   fillSelect($("traj-run"), trajRuns, false);
   const grpo = metricRuns.find((n) => trajRuns.includes(n));  // a training run with samples
-  if (grpo) { $("metrics-run").value = grpo; $("traj-run").value = grpo; }
-  $("metrics-run").addEventListener("change", () => loadMetrics($("metrics-run").value));
+  runCheckboxes(metricRuns, grpo || metricRuns[0]);
+  if (grpo) $("traj-run").value = grpo;
+  $("smooth").addEventListener("input", () => loadMetrics());
   $("report-a").addEventListener("change", loadReports);
   $("report-b").addEventListener("change", loadReports);
   $("traj-run").addEventListener("change", () => loadTrajectories(true));
   $("traj-filters").addEventListener("input", (e) => { if (e.target.id !== "traj-run") loadTrajectories(false); });
   $("traj-filters").addEventListener("submit", (e) => { e.preventDefault(); loadTrajectories(false); });
-  await Promise.all([loadMetrics($("metrics-run").value), loadReports(), loadTrajectories(true)]);
+  await Promise.all([loadMetrics(), loadReports(), loadTrajectories(true)]);
   document.body.dataset.ready = "1";
 }
 

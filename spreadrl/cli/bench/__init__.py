@@ -27,6 +27,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "train": ("spreadrl.cli.bench.train", "bench_train"),
     "logprobs": ("spreadrl.cli.bench.train", "bench_logprobs"),
     "trl": ("spreadrl.cli.bench.trl", "bench_trl"),
+    "levers": ("spreadrl.cli.bench.levers", "bench_levers"),
 }
 
 
@@ -40,7 +41,9 @@ class LazyBenchGroup(PlainHelpGroup):
         if cmd_name not in COMMANDS:
             return None
         module, function = COMMANDS[cmd_name]
-        single = typer.Typer(rich_markup_mode="rich", pretty_exceptions_enable=False)
+        single = typer.Typer(
+            rich_markup_mode="rich", pretty_exceptions_enable=False, add_completion=False
+        )
         single.command(cmd_name, cls=PlainHelpCommand)(
             getattr(importlib.import_module(module), function)
         )
@@ -50,7 +53,7 @@ class LazyBenchGroup(PlainHelpGroup):
 
 
 app = typer.Typer(
-    help="Benchmarks: check, env, gpu, recalc-fidelity, rollout, train, logprobs, trl.",
+    help="Benchmarks: check, env, gpu, recalc-fidelity, rollout, train, logprobs, trl, levers.",
     no_args_is_help=True,
     cls=LazyBenchGroup,
 )

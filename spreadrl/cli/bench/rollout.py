@@ -11,6 +11,7 @@ from rich.table import Table
 
 from spreadrl.bench.rollout import against_generate, episode_rates
 from spreadrl.errors import ConfigError
+from spreadrl.run_folder import check_output_file
 
 VARIANTS = ("default", "static")
 
@@ -38,6 +39,10 @@ def bench_rollout(
     variant: list[str] = typer.Option(
         None, help="spreadrl settings to measure (--against): default, static (repeatable)."
     ),
+    threads: int = typer.Option(0, help="torch CPU threads (0 = its default; --against)."),
+    vocab_size: int = typer.Option(
+        0, help="Random model's embedding rows (151936 = Qwen3's; --against)."
+    ),
     out: Path = typer.Option(None, help="Also write the result as JSON here (--against)."),
 ) -> None:
     """Generation tokens/s of the hf backend: batched vs one at a time over real episodes,
@@ -50,6 +55,8 @@ def bench_rollout(
       spreadrl bench rollout --against generate --device cuda --model-preset 4b-shape \\
         --variant default --variant static --prompt-tokens 2048 --max-new-tokens 256
     """
+    if out is not None:  # a folder in its place is one line before anything is measured
+        check_output_file(out, overwrite=True)
     console = Console()
     if against is None:
         rows, rates = episode_rates(
@@ -74,12 +81,31 @@ def bench_rollout(
     if bad:
         raise ConfigError(f"--variant {bad[0]!r}: choose from {', '.join(VARIANTS)}")
     result = against_generate(
-        model, model_preset, batch, group, prompt_tokens, max_new_tokens, repeats, device, chosen
+        model,
+        model_preset,
+        batch,
+        group,
+        prompt_tokens,
+        max_new_tokens,
+        repeats,
+        device,
+        chosen,
+        vocab_size,
+        threads,
     )
-    table = Table("run", "tok/s (median)", "s per call", "x generate")
+    table = Table(
+        "run", "tok/s (median)", "s per call", "x generate", "tok per CPU s", "x generate (CPU)"
+    )
     for name, run in result["runs"].items():
         seconds = ", ".join(f"{s:.2f}" for s in run["seconds"])
-        table.add_row(name, f"{run['tok_s']:.0f}", seconds, f"{run['vs_generate']:.2f}x")
+        table.add_row(
+            name,
+            f"{run['tok_s']:.1f}",
+            seconds,
+            f"{run['vs_generate']:.2f}x",
+            f"{run['tok_per_cpu_s']:.1f}",
+            f"{run['vs_generate_cpu']:.2f}x",
+        )
     console.print(table)
     console.print(", ".join(f"{k} {v}" for k, v in result["shape"].items()), markup=False)
     if out is not None:

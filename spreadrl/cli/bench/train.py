@@ -32,7 +32,14 @@ def bench_train(
     ),
     device: str = typer.Option("cpu"),
 ) -> None:
-    """SFT tokens/s, MFU and peak memory; GRPO step time split (generate / tools / logprobs / update)."""
+    """SFT tokens/s, MFU and peak memory; GRPO step time split (generate / tools / logprobs / update).
+
+    Examples:
+
+      spreadrl bench train
+
+      spreadrl bench train --preset 4b-shape --device cuda --seq-len 4096 --grpo-steps 0
+    """
     rows, footer = train_rows(
         model,
         preset,
@@ -67,7 +74,14 @@ def bench_logprobs(
     chunk_tokens: int = typer.Option(0, help="Tokens per chunk (0 = sized from the vocabulary)."),
     device: str = typer.Option("cpu"),
 ) -> None:
-    """Peak memory added by, and time of, one log-prob pass over a long sequence."""
+    """Peak memory added by, and time of, one log-prob pass over a long sequence.
+
+    Examples:
+
+      spreadrl bench logprobs --tokens 8192
+
+      spreadrl bench logprobs --tokens 4096 --grad --entropy
+    """
     Console().print(
         logprobs_line(
             tokens,

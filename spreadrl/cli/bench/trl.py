@@ -10,6 +10,7 @@ from rich.console import Console
 from rich.table import Table
 
 from spreadrl.bench.trl import COLUMNS, SMOKE, Shape, run_trl_bench, shape_line, table_rows
+from spreadrl.run_folder import check_output_folder
 
 
 def bench_trl(
@@ -48,8 +49,18 @@ def bench_trl(
     the bare instruction instead, --both-modes runs both. Needs the bench extra for
     the TRL half: pip install 'spreadrl[bench]'.
 
+    Examples:
+
+      spreadrl bench trl --smoke
+
       spreadrl bench trl --steps 4 --rounds 2 --both-modes
     """
+    if out is not None:  # a file in its place is one line before any run
+        check_output_folder(
+            out,
+            overwrite=False,
+            remedy="a benchmark runs fresh (an earlier run there would be resumed): choose a new folder",
+        )
     console = Console()
     if not console.is_terminal:  # piped into a file or docs: room for every column
         console = Console(width=160)
