@@ -26,6 +26,9 @@ KNOWN_LONG: dict[str, str] = {
     "cli/data_curate.py:download": "a command body; data download work (tools2606)",
     "cli/data_curate.py:filter_tasks": "a command body; data work (tools2606)",
     "cli/serve.py:serve": "a command body; serve work (userdocs)",
+    "cli/data_sft.py:sft_build": "a command body; sft-build work (userdocs)",
+    "cli/bench/rollout.py:bench_rollout": "a command body; bench work (gpu)",
+    "cli/plan.py:plan": "a command body; plan work (gpu)",
 }
 
 
