@@ -314,15 +314,18 @@ def cut_back_jsonl(path: Path, step: int) -> int:
     return dropped
 
 
-def check_output_folder(out: Path, *, overwrite: bool, flag: str = "--out") -> None:
+def check_output_folder(
+    out: Path,
+    *,
+    overwrite: bool,
+    flag: str = "--out",
+    remedy: str = "choose a new folder or pass --overwrite to replace it",
+) -> None:
     """Refuse an output folder that is a file, or holds anything, unless ``overwrite``."""
     if out.exists() and not out.is_dir():
         raise SpreadrlError(f"{flag} {out} is a file, not a folder")
     if out.is_dir() and any(out.iterdir()) and not overwrite:
-        raise SpreadrlError(
-            f"{flag} {out} is not empty ({_listing(out)}); choose a new folder or pass "
-            "--overwrite to replace it"
-        )
+        raise SpreadrlError(f"{flag} {out} is not empty ({_listing(out)}); {remedy}")
 
 
 def check_output_file(path: Path, *, overwrite: bool, flag: str = "--out") -> None:

@@ -42,8 +42,11 @@ from transformers import AutoConfig
 
 from spreadrl.bench.flops import peak_tflops, train_flops_per_token
 from spreadrl.config import load_config
+from spreadrl.errors import SpreadrlError
 from spreadrl.rollout.allocator import ALLOC_CONF, use_expandable_segments
+from spreadrl.run_folder import has_results
 from spreadrl.train.config import GRPOConfig
+from spreadrl.train.run_identity import TRAINING_FILES
 
 # seed 000's recipe, from the repository checkout this package runs from
 RECIPE = Path(__file__).resolve().parents[2] / "configs" / "spreadsheet-rl-4b.yaml"
@@ -199,6 +202,8 @@ def run_leg(shape: Shape, model: str, out: Path, extra: Sequence[str] = ()) -> d
     from spreadrl.train.grpo import train_grpo
 
     cfg = load_config(GRPOConfig, RECIPE, [*grpo_overrides(shape, model, out), *extra])
+    if has_results(out, TRAINING_FILES):  # resumed, it would report an earlier run's steps
+        raise SpreadrlError(f"{out} holds an earlier GRPO run; a benchmark leg runs fresh")
     gpus = int(os.environ.get("WORLD_SIZE", "1"))
     plan = planned_peaks(cfg, shape, gpus)
     train_grpo(cfg, console=Console(quiet=True))

@@ -53,7 +53,11 @@ def bench_gpu(
     if smoke and quick:
         raise ConfigError("--smoke and --quick: choose one")
     if out is not None:  # a file in its place is one line before any leg runs
-        check_output_folder(out, overwrite=True)
+        check_output_folder(
+            out,
+            overwrite=False,
+            remedy="a benchmark runs fresh (an earlier run there would be resumed): choose a new folder",
+        )
     base = SMOKE if smoke else QUICK if quick else FULL
     shape = replace(
         base,

@@ -56,7 +56,11 @@ def bench_trl(
       spreadrl bench trl --steps 4 --rounds 2 --both-modes
     """
     if out is not None:  # a file in its place is one line before any run
-        check_output_folder(out, overwrite=True)
+        check_output_folder(
+            out,
+            overwrite=False,
+            remedy="a benchmark runs fresh (an earlier run there would be resumed): choose a new folder",
+        )
     console = Console()
     if not console.is_terminal:  # piped into a file or docs: room for every column
         console = Console(width=160)
