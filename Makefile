@@ -81,11 +81,13 @@ $(VLLM_STAMP): pyproject.toml
 test-vllm: $(VLLM_STAMP)
 	$(VLLM_PY) -m pytest -q -m vllm tests/vllm
 
-# The standard-environment leg (tests marked envs; docs/environments.md): openenv-core
-# and TRL beside spreadrl, in a venv of their own (gradio, fastmcp and mcp come with
-# openenv-core, so not in .venv). Resolved here: openenv-core 0.3.0, trl 1.16.0,
-# transformers 5.24.0, torch 2.13.0+cpu. A missing package fails these tests: they never
-# skip.
+# The standard-environment leg (tests marked envs; docs/environments.md): openenv-core,
+# verifiers and TRL beside spreadrl, in a venv of their own (gradio, fastmcp, mcp and
+# prime-* come with them, so not in .venv), and the verifiers Hub module
+# (integrations/verifiers). Resolved together here: openenv-core 0.3.0, verifiers 0.4.0,
+# trl 1.16.0, transformers 5.24.0, torch 2.13.0+cpu, uv 0.13.9. vf-eval prepares its chat
+# harness with uv, which fetches the harness's own dependencies from the package index.
+# A missing package fails these tests: they never skip.
 ENVS_VENV ?= .venv-envs
 ENVS_PY := $(ENVS_VENV)/bin/python
 ENVS_STAMP := $(ENVS_VENV)/.installed-stamp
@@ -94,7 +96,7 @@ $(ENVS_STAMP): pyproject.toml
 	python3 -m venv $(ENVS_VENV)
 	$(ENVS_PY) -m pip install -q --upgrade pip
 	$(ENVS_PY) -m pip install -q torch==2.13.0 || $(ENVS_PY) -m pip install -q "torch>=2.5"
-	$(ENVS_PY) -m pip install -q -e ".[dev,serve,openenv,bench]"
+	$(ENVS_PY) -m pip install -q -e ".[dev,serve,openenv,verifiers,bench]" -e integrations/verifiers
 	touch $(ENVS_STAMP)
 
 test-envs: $(ENVS_STAMP)

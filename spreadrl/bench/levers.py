@@ -14,7 +14,8 @@ the same functions the trainer calls (:mod:`spreadrl.train.levers`) and records:
   (recomputation included; a compiled layer's FLOPs are not seen by it, so the
   compiled variant reports the eager count);
 - the median step time over ``steps`` steps after a warm-up step (compilation
-  happens in the warm-up);
+  happens in the warm-up), wall and this process's CPU seconds (on a CPU shared with
+  other jobs the wall clock stretches, the CPU seconds do not);
 - the peak memory the step adds (the CUDA allocator's peak, or RSS on CPU);
 - the loss and gradient norm of its first step beside the baseline's (same
   initial weights, same batch), so a lever that changes the numbers shows.
@@ -97,13 +98,14 @@ def _build(shape: LeverShape, model_cfg: ModelConfig) -> torch.nn.Module:
 
 
 def _batch(shape: LeverShape, vocab: int) -> dict[str, torch.Tensor]:
+    """Rows from ``seq_len`` down to half of it: a micro-batch's rows differ in length, so the
+    padded path computes over padding (what ``packed`` removes)."""
     g = torch.Generator().manual_seed(0)
     samples = []
-    for _ in range(shape.sequences):
-        ids = torch.randint(0, vocab, (shape.seq_len,), generator=g).tolist()
-        samples.append(
-            Sample(ids, [0] * shape.prompt_len + [1] * (shape.seq_len - shape.prompt_len))
-        )
+    for i in range(shape.sequences):
+        n = shape.seq_len - (shape.seq_len // 2) * i // max(1, shape.sequences - 1)
+        ids = torch.randint(0, vocab, (n,), generator=g).tolist()
+        samples.append(Sample(ids, [0] * shape.prompt_len + [1] * (n - shape.prompt_len)))
     return collate(samples, pad_id=0)
 
 
@@ -137,19 +139,21 @@ def measure_variant(shape: LeverShape, name: str, profile: Path | None = None) -
         _step(model, optimizer, batch, compute)
     memory = PeakMemory(shape.device)
     memory.reset()  # the steady state: AdamW's state exists from here on
-    times = []
+    times, cpu = [], []
     for _ in range(shape.steps):
         _sync(shape.device)
-        start = time.perf_counter()
+        start, used = time.perf_counter(), time.process_time()
         _step(model, optimizer, batch, compute)
         _sync(shape.device)
         times.append(time.perf_counter() - start)
+        cpu.append(time.process_time() - used)
     added = memory.added_gb()
     if profile is not None:
         profile_step(model, optimizer, batch, compute, profile / f"update-{name}")
     return {
         "flops": flops.get_total_flops(),
         "step_s": statistics.median(times),
+        "step_cpu_s": statistics.median(cpu),  # this process's CPU: robust on a shared CPU
         "peak_added_gib": added,
         "first_loss": loss,
         "first_grad_norm": norm,

@@ -82,6 +82,21 @@ def plan(
             f"{result.max_model_len}; vllm_gpu_memory_utilization fits up to "
             f"{result.largest_utilization:.2f}",
         )
+    if cfg.model.gradient_checkpointing:
+        from spreadrl.train.plan import (
+            largest_checkpoint_every,
+            load_model_config,
+            model_shape,
+            preset_config,
+        )
+
+        config = preset_config(shape) if shape else load_model_config(cfg.model.name_or_path)
+        every = largest_checkpoint_every(cfg, model_shape(config), result.hardware)
+        table.add_row(
+            "model.checkpoint_every that fits",
+            "-" if every is None else str(every),
+            "recompute every k-th layer only (selective checkpointing)",
+        )
     table.add_section()
     for name, value in result.times:
         table.add_row(name, value, "")

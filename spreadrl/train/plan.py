@@ -266,8 +266,12 @@ def _budget(cfg: GRPOConfig, shape: ModelShape, hw: Hardware, tokens: int) -> _B
     layer = tokens * shape.layer_elements_per_token() * cb
     if cfg.model.gradient_checkpointing:
         # the layer's forward again, and its gradients as backward walks through it:
-        # measured 1.26 x its forward on CPU (float32); 1.5 leaves room
-        saved, layer_set = tokens * shape.layers * shape.hidden * cb, RECOMPUTE_FACTOR * layer
+        # measured 1.26 x its forward on CPU (float32); 1.5 leaves room. With
+        # model.checkpoint_every k, the layers not recomputed keep their whole forward
+        recomputed = -(-shape.layers // max(1, cfg.model.checkpoint_every))
+        kept = (shape.layers - recomputed) * layer
+        saved = tokens * recomputed * shape.hidden * cb + kept
+        layer_set = RECOMPUTE_FACTOR * layer
     else:
         saved, layer_set = shape.layers * layer, 0.0
     per_token = shape.vocab * (BYTES_PER_LOGIT_CUT if cfg.rollout.top_p < 1.0 else BYTES_PER_LOGIT)
@@ -387,6 +391,24 @@ def plan_memory(cfg: GRPOConfig, shape: ModelShape, hw: Hardware) -> Plan:
             plan.problems.insert(0, str(exc))
     plan.times = plan_times(cfg, shape, hw)
     return plan
+
+
+def largest_checkpoint_every(cfg: GRPOConfig, shape: ModelShape, hw: Hardware) -> int | None:
+    """The largest ``model.checkpoint_every`` (fewest layers recomputed) whose plan fits with
+    its margin, or None when even checkpointing every layer does not fit. Selective
+    checkpointing is worth its memory only up to this."""
+    from dataclasses import replace
+
+    if not cfg.model.gradient_checkpointing:
+        return None
+    best = None
+    for every in range(1, shape.layers + 1):
+        model = replace(cfg.model, checkpoint_every=every)
+        if plan_memory(replace(cfg, model=model), shape, hw).fits:
+            best = every
+        else:
+            break
+    return best
 
 
 def _components(

@@ -14,12 +14,13 @@ TINY = LeverShape(preset="tiny", sequences=2, seq_len=32, prompt_len=8, steps=1)
 
 
 def test_levers_keep_the_numbers_and_selective_checkpointing_counts_fewer_flops(tmp_path):
-    results = run_levers(TINY, ["selective-ac", "no-ac", "fused-head"], tmp_path)
+    results = run_levers(TINY, ["selective-ac", "no-ac", "fused-head", "packed"], tmp_path)
     base = results["baseline"]
     assert list(results)[0] == "baseline"
     # recomputing half the layers, then none: fewer FLOPs; the fused head does the same work
     assert base["flops"] > results["selective-ac"]["flops"] > results["no-ac"]["flops"]
     assert results["fused-head"]["flops"] == base["flops"]
+    assert results["packed"]["flops"] < base["flops"]  # no padding computed
     for name, r in results.items():  # same weights, same batch: the same first step
         assert r["first_loss"] == pytest.approx(base["first_loss"], rel=1e-5), name
         assert r["first_grad_norm"] == pytest.approx(base["first_grad_norm"], rel=1e-4), name

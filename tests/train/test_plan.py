@@ -321,3 +321,27 @@ def test_cpu_offload_needs_the_fsdp2_path():
         shard_model(nn.Linear(2, 2), DistInfo(), cpu_offload=True)
     model = nn.Linear(2, 2)
     assert shard_model(model, DistInfo()) is model  # without offload one process is fine
+
+
+def test_selective_checkpointing_costs_activation_memory_and_the_plan_says_how_far_it_fits():
+    from dataclasses import replace
+
+    from spreadrl.train.plan import largest_checkpoint_every
+
+    cfg = load_config(
+        GRPOConfig,
+        CONFIGS / "spreadsheet-rl-4b.yaml",
+        [*BENCH_SHAPE, "optim.micro_batch_tokens=4096"],
+    )
+    shape = model_shape(preset_config("4b-shape"))
+    hw = Hardware(gpus=1)
+    every = plan_memory(cfg, shape, hw)
+    half = plan_memory(replace(cfg, model=replace(cfg.model, checkpoint_every=2)), shape, hw)
+    assert half.gib("activations (update)") > every.gib("activations (update)")
+    best = largest_checkpoint_every(cfg, shape, hw)
+    assert best is not None and best >= 1
+    over = replace(cfg, model=replace(cfg.model, checkpoint_every=best + 1))
+    assert best == shape.layers or not plan_memory(over, shape, hw).fits
+    assert plan_memory(
+        replace(cfg, model=replace(cfg.model, checkpoint_every=best)), shape, hw
+    ).fits

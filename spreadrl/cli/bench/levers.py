@@ -52,12 +52,12 @@ def bench_levers(
     results = run_levers(shape, chosen, profile)
     base = results["baseline"]
     table = Table(
-        "lever", "setting", "GFLOP/step", "x baseline", "step s", "x baseline", "tok/s",
-        "peak added GiB", "loss (first step)", "grad norm",
+        "lever", "setting", "GFLOP/step", "x baseline", "step s", "x baseline", "CPU s",
+        "x baseline", "tok/s", "peak added GiB", "loss (first step)", "grad norm",
     )  # fmt: skip
     for name, r in results.items():
         if "error" in r:
-            table.add_row(name, r["what"], f"[red]{r['error']}[/]", *[""] * 7)
+            table.add_row(name, r["what"], f"[red]{r['error']}[/]", *[""] * 9)
             continue
         table.add_row(
             name,
@@ -66,6 +66,8 @@ def bench_levers(
             f"{r['flops'] / max(base['flops'], 1):.3f}",
             f"{r['step_s']:.3f}",
             f"{r['step_s'] / base['step_s']:.2f}",
+            f"{r['step_cpu_s']:.3f}",
+            f"{r['step_cpu_s'] / base['step_cpu_s']:.2f}",
             f"{r['tokens'] / r['step_s']:.0f}",
             "-" if r["peak_added_gib"] is None else f"{r['peak_added_gib']:.3f}",
             f"{r['first_loss']:.6f}",
