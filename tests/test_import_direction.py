@@ -320,3 +320,42 @@ def test_the_check_catches_an_upward_import(
 def test_the_check_catches_a_cycle() -> None:
     graph = {"a": [("b", 1)], "b": [("c", 2)], "c": [("a", 3)], "d": [("a", 4)]}
     assert _cycles(graph) == [["a", "b", "c"]]
+
+
+# The command line is typer's: a module outside spreadrl/cli that imports it is a
+# second command tree (bench/ was one until its commands moved under cli/bench).
+# Library modules take arguments and raise; only cli/ parses flags.
+TYPER_OUTSIDE_CLI: dict[str, str] = {}  # module: why (none today)
+
+
+def _typer_imports(path: Path) -> list[int]:
+    """Lines of the file that import typer (or a submodule of it), at any depth."""
+    lines = []
+    for node in ast.walk(ast.parse(path.read_text(), filename=str(path))):
+        names = []
+        if isinstance(node, ast.Import):
+            names = [alias.name for alias in node.names]
+        elif isinstance(node, ast.ImportFrom) and not node.level:
+            names = [node.module or ""]
+        if any(name == "typer" or name.startswith("typer.") for name in names):
+            lines.append(node.lineno)
+    return lines
+
+
+def test_no_module_outside_cli_imports_typer() -> None:
+    found = {
+        f"{module}:{line}"
+        for module, path in _modules().items()
+        if not (module == "spreadrl.cli" or module.startswith("spreadrl.cli."))
+        and module not in TYPER_OUTSIDE_CLI
+        for line in _typer_imports(path)
+    }
+    assert not found, f"typer imported outside spreadrl/cli: {sorted(found)}"
+
+
+def test_the_typer_check_sees_function_level_imports(tmp_path: Path) -> None:
+    fake = tmp_path / "fake.py"
+    fake.write_text(
+        "import os\n\ndef f():\n    from typer import Option\n    import typer.testing\n"
+    )
+    assert _typer_imports(fake) == [4, 5]

@@ -18,12 +18,12 @@ from __future__ import annotations
 import copy
 import time
 from collections.abc import Callable
-from contextlib import ExitStack
 
 import torch
 from transformers import PreTrainedTokenizerBase
 
 from spreadrl.rollout.colocate import FilesSync
+from spreadrl.rollout.config import RolloutConfig
 from spreadrl.rollout.hf_policy import HFPolicy
 from spreadrl.rollout.policy import Policy
 from spreadrl.rollout.types import Trajectory
@@ -39,7 +39,6 @@ from spreadrl.train.async_rollouts import (
     weight_loader,
 )
 from spreadrl.train.batching import Sample
-from spreadrl.train.config import GRPOConfig
 from spreadrl.train.held_out import HeldOut
 from spreadrl.train.logprobs import compute_context
 from spreadrl.train.rollouts import StepRollouts
@@ -49,8 +48,6 @@ class AsyncSteps:
     """The rollout source of asynchronous mode (a :class:`~spreadrl.train.rollouts.StepSource`):
     the producer, the weight hand-over and the step's bookkeeping."""
 
-    asynchronous = True
-
     def __init__(
         self,
         producer: AsyncRollouts[StepRollouts],
@@ -59,7 +56,6 @@ class AsyncSteps:
         tis_cap: float,
         held_out: HeldOut,
         eval_policy: Policy,
-        resources: ExitStack,
     ) -> None:
         self.producer = producer
         self._publish = publish
@@ -68,12 +64,11 @@ class AsyncSteps:
         self.staleness: list[int] = []  # every trained sample's, over the run
         self._held_out = held_out
         self._eval_policy = eval_policy  # the trainer's own model: the engine is the producer's
-        self._resources = resources
 
     @classmethod
     def start(
         cls,
-        cfg: GRPOConfig,
+        rollout: RolloutConfig,
         model: torch.nn.Module,
         tokenizer: PreTrainedTokenizerBase,
         engine: Policy | None,
@@ -81,18 +76,20 @@ class AsyncSteps:
         sampler_state: Callable[[], dict[str, object]],
         held_out: HeldOut,
         eval_policy: Policy,
-        resources: ExitStack,
         *,
+        steps: int,
         start: int,
         compute: str,
+        tis_cap: float,
     ) -> AsyncSteps:
-        """Build and start the producer for steps ``start + 1 .. cfg.steps``.
+        """Build and start the producer for steps ``start + 1 .. steps``, at most
+        ``rollout.max_staleness`` versions ahead.
 
         ``engine``: the vLLM policy (None: the hf backend, sampling with a copy of
         ``model``); ``collect(policy, step)``: one step's rollouts (run in the
         producer's thread); ``eval_policy``: what the held-out eval samples with (the
-        engine is the producer's alone); ``resources``: what :meth:`close` releases."""
-        k = cfg.rollout.max_staleness
+        engine is the producer's alone); ``tis_cap``: the behaviour weights' cap."""
+        k = rollout.max_staleness
         if engine is not None:
             files = FilesSync(engine)
             reload = FilesReload(engine, files)
@@ -109,7 +106,7 @@ class AsyncSteps:
             sampler_model = copy.deepcopy(model)
             for p in sampler_model.parameters():
                 p.requires_grad_(False)
-            batch = cfg.rollout.group_size * cfg.rollout.prompts_per_step
+            batch = rollout.group_size * rollout.prompts_per_step
             inner = HFPolicy(sampler_model, tokenizer, max_batch_size=batch)
             policy = versioned(inner, weight_loader(sampler_model), version=start)
 
@@ -121,19 +118,19 @@ class AsyncSteps:
                 producer.publish(step, snapshot_weights(trained))
 
         producer: AsyncRollouts[StepRollouts] = AsyncRollouts(
-            produce, sampler_state, policy, first=start + 1, last=cfg.steps, max_staleness=k
+            produce, sampler_state, policy, first=start + 1, last=steps, max_staleness=k
         )
         if engine is not None:  # the engine loaded the model's files: send the trainer's weights
             publish(start, model)
         producer.start()
-        return cls(producer, publish, k, cfg.loss.tis_cap, held_out, eval_policy, resources)
+        return cls(producer, publish, k, tis_cap, held_out, eval_policy)
 
     def next(self, step: int) -> tuple[StepRollouts, dict[str, object]]:
         t0 = time.perf_counter()
         produced = self.producer.take(step)
         rollouts = produced.value
-        rollouts.timings["wait_s"] = time.perf_counter() - t0  # the trainer idle, waiting
-        rollouts.timings["rollout_s"] = produced.seconds
+        rollouts.metrics["wait_s"] = time.perf_counter() - t0  # the trainer idle, waiting
+        rollouts.metrics["rollout_s"] = produced.seconds
         # the sampler as it was after this step's prompts, not later: a resumed run draws
         # the in-flight steps' prompts again (their rollouts are discarded)
         return rollouts, produced.sampler_state
@@ -171,7 +168,4 @@ class AsyncSteps:
         self.producer.stop(timeout=600.0)
 
     def close(self) -> None:
-        try:
-            self.stop()
-        finally:
-            self._resources.close()
+        self.stop()

@@ -2,34 +2,52 @@
 
 One step: sample prompts -> G rollouts each through the policy and the gym ->
 shape rewards (outcome, tool-call reward, overlong) -> group advantages ->
-drop or refill constant groups -> PPO-style update (clip-higher, dual clip,
-token-mean, optional k3 KL, TIS) -> log, checkpoint. ``train_grpo`` is the
-whole loop over three parts built once: the :class:`~spreadrl.train.setup.Run`
-(process group, run folder, checkpoints), the
-:class:`~spreadrl.train.learner.Learner` (what is trained, and the update) and the
-rollout source (:func:`~spreadrl.train.rollout_sources.open_rollouts`: sampled in
-the loop, or ahead of it in asynchronous mode).
+drop or refill constant groups (and every group with a crashed episode) ->
+reference / proximal log-probs -> PPO-style update (clip-higher, dual clip,
+token-mean, optional k3 KL, TIS) -> log, checkpoint. :func:`train_grpo` builds
+its parts in view, one builder per line: the :class:`~spreadrl.train.setup.Run`
+(process group, run folder, checkpoints), the trained side (policy, reference,
+shards, scoring, optimizer, schedule, trainer state: the
+:class:`~spreadrl.train.learner.Learner`), the rollout side (tasks, prompt order,
+rollout engine, environments, chat format, held-out set, collector) and the
+rollout source, sampled in the loop or ahead of it (asynchronous mode: built by
+:func:`open_rollout_source`); then :func:`train_steps` runs the loop over them.
 """
 
 from __future__ import annotations
 
 import time
+from contextlib import ExitStack
+from dataclasses import replace
 from pathlib import Path
 
 from rich.console import Console
+from transformers import PreTrainedTokenizerBase
 
+from spreadrl.data.sources import resolve_tasks
 from spreadrl.data.task import TaskSet
-from spreadrl.errors import ConfigError
+from spreadrl.env.factory import make_env_pool
+from spreadrl.errors import ConfigError, RunHalted
+from spreadrl.rollout.chat import EpisodeChat
 from spreadrl.rollout.runner import EnvPoolLike
+from spreadrl.train.checkpoint import TrainerState, resume_trainer_state
 from spreadrl.train.checks import check_grpo
 from spreadrl.train.config import GRPOConfig
+from spreadrl.train.distributed import release_for_generation, shard_model
+from spreadrl.train.held_out import HeldOut, held_out_tasks
 from spreadrl.train.learner import Learner
-from spreadrl.train.rollout_sources import open_rollouts
-from spreadrl.train.rollouts import to_samples
-from spreadrl.train.setup import Run
+from spreadrl.train.memory import PeakMemory
+from spreadrl.train.optimizer import build_optimizer, build_scheduler
+from spreadrl.train.reference import build_reference
+from spreadrl.train.rollout_backend import build_rollout_policy
+from spreadrl.train.rollout_sources import build_rollout_source
+from spreadrl.train.rollouts import Collector, StepSource, to_samples
+from spreadrl.train.sampler import prompt_order
+from spreadrl.train.setup import Checkpointed, Run
 from spreadrl.train.signals import StopSignals
 from spreadrl.train.step_checks import StepChecks
 from spreadrl.train.step_metrics import report_step, step_metrics
+from spreadrl.train.update import Scoring, updates_per_step
 
 
 def train_grpo(
@@ -42,59 +60,191 @@ def train_grpo(
 ) -> Path:
     """Run GRPO per ``cfg``; return the final model folder.
 
-    ``pool`` and ``tasks`` default to what the config names; pass them to reuse
-    an environment pool or to train on tasks built in code; ``eval_tasks`` the
-    held-out set of ``eval.every_steps`` (default: ``eval.tasks``).
-
-    Raises:
-        RunStopped: SIGINT or SIGTERM (on any rank) stopped the run after a whole
-            step, saved as a checkpoint that the same command resumes from
-            (see :class:`spreadrl.train.signals.StopSignals`).
+    ``pool`` and ``tasks`` default to what the config names; pass them to reuse an
+    environment pool or to train on tasks built in code; ``eval_tasks`` the held-out
+    set of ``eval.every_steps`` (default: ``eval.tasks``). Raises RunStopped (SIGINT
+    or SIGTERM on any rank: saved after a whole step, resumed by the same command)
+    and RunHalted (too many crashed episodes, or steps that kept no group).
     """
-    console = console or Console()
-    run = Run.start(cfg, console, seed_per_rank=True)
-    info = run.info
+    run = Run.start(cfg, console or Console(), seed_per_rank=True)
+    info, compute = run.info, run.precision.compute
     try:
         check_grpo(cfg, info)
     except ConfigError:
         run.close()  # every rank refuses alike: leave the process group together
         raise
-    learner = Learner.build(cfg, run)
-    rollouts = open_rollouts(cfg, learner, console, pool=pool, tasks=tasks, eval_tasks=eval_tasks)
-    # SIGINT / SIGTERM: every rank stops after the same step, then saves it
-    signals = StopSignals(info.rank if info.enabled else None)
+    model, tokenizer, start_model = run.build_policy(cfg.model, cfg.loss)
+    reference = build_reference(start_model, cfg.loss, dtype=compute)
+    offload = cfg.model.cpu_offload
+    shard_model(model, info, compute_dtype=compute, cpu_offload=offload)
+    if reference is not None and reference.separate:  # a model of its own: sharded alike
+        shard_model(reference.model, info, compute_dtype=compute, cpu_offload=offload)
+    per_step = updates_per_step(cfg.rollout, cfg.optim)
+    optimizer = build_optimizer(model, cfg.optim)
+    scheduler = build_scheduler(optimizer, cfg.optim, cfg.steps * per_step)
+    resumed = resume_trainer_state(run.resume_from, model, optimizer, scheduler, info)
+    # asynchronous: tokens sampled by older weights than the ones updated are weighted
+    # by min(pi_prox / pi_behav, cap) whatever loss.tis says (docs/async.md)
+    loss = replace(cfg.loss, tis=True) if cfg.rollout.max_staleness else cfg.loss
+    learner = Learner(
+        model=model,
+        reference=reference,
+        optimizer=optimizer,
+        scheduler=scheduler,
+        scoring=Scoring.for_run(cfg.rollout, cfg.optim, compute),
+        loss=loss,
+        optim=cfg.optim,
+        info=info,
+        seed=cfg.seed,
+        per_step=per_step,
+        pad_id=tokenizer.pad_token_id or 0,
+        memory=PeakMemory(info.device),
+    )
+    with ExitStack() as owned:  # what the run opens, closed last-opened first
+        source = open_rollout_source(
+            cfg,
+            run,
+            learner,
+            tokenizer,
+            owned,
+            pool=pool,
+            tasks=tasks,
+            eval_tasks=eval_tasks,
+            resumed=resumed,
+        )
+        parts = Checkpointed(model, tokenizer, optimizer, scheduler)
+        train_steps(cfg, run, learner, source, parts, start=resumed["step"] if resumed else 0)
+        return run.finish(model, tokenizer)
+
+
+def open_rollout_source(
+    cfg: GRPOConfig,
+    run: Run,
+    learner: Learner,
+    tokenizer: PreTrainedTokenizerBase,
+    owned: ExitStack,
+    *,
+    pool: EnvPoolLike | None,
+    tasks: TaskSet | None,
+    eval_tasks: TaskSet | None,
+    resumed: TrainerState | None,
+) -> StepSource:
+    """The rollout side, built in order: tasks, prompt order, rollout engine, environments
+    (a pool built here is ``owned``), chat format, held-out set, collector, and the
+    source, sync or async (``owned`` closes it). It takes the learner's model, optimizer
+    and memory gauge, never the learner."""
+    info, compute, rollout, model = run.info, run.precision.compute, cfg.rollout, learner.model
+    tasks = tasks if tasks is not None else resolve_tasks(cfg.data.train_tasks)
+    eval_tasks = held_out_tasks(cfg.eval, given=eval_tasks)
+    sampler = prompt_order(tasks, seed=cfg.seed, state=resumed and resumed["extra"]["sampler"])
+    policy, colocated = build_rollout_policy(
+        rollout,
+        cfg.model,
+        model,
+        tokenizer,
+        info,
+        run.console,
+        max_prompt_tokens=cfg.data.max_prompt_tokens,
+        seed=cfg.seed,
+    )
+    if pool is None:
+        pool = owned.enter_context(make_env_pool(cfg.env, workers=rollout.concurrency))
+    chat = EpisodeChat.of(tokenizer)  # the format read off the chat template once
+    held_out = HeldOut(
+        eval_tasks,
+        pool,
+        chat,
+        cfg.eval,
+        rollout,
+        steps=cfg.steps,
+        seed=cfg.seed,
+        max_prompt_tokens=cfg.data.max_prompt_tokens,
+        compute_dtype=compute,
+        model=model,
+        info=info,
+    )
+    collect = Collector(
+        pool,
+        chat,
+        tasks,
+        sampler,
+        rollout,
+        cfg.sampling,
+        cfg.reward,
+        max_prompt_tokens=cfg.data.max_prompt_tokens,
+        seed=cfg.seed,
+        info=info,
+    )
+    source = build_rollout_source(
+        rollout=rollout,
+        collect=collect,
+        sampler=sampler,
+        policy=policy,
+        colocated=colocated,
+        held_out=held_out,
+        model=model,
+        tokenizer=tokenizer,
+        optimizer=learner.optimizer,
+        memory=learner.memory,
+        device=info.device,
+        compute=compute,
+        steps=cfg.steps,
+        start=resumed["step"] if resumed else 0,
+        tis_cap=cfg.loss.tis_cap,
+    )
+    owned.callback(source.close)
+    return source
+
+
+def train_steps(
+    cfg: GRPOConfig,
+    run: Run,
+    learner: Learner,
+    source: StepSource,
+    parts: Checkpointed,
+    *,
+    start: int,
+) -> None:
+    """Steps ``start + 1 .. cfg.steps``, each calling the parts in order: the source's
+    rollouts -> samples -> reference / proximal log-probs -> the source's bookkeeping
+    -> the update -> the source told of it -> memory released for generation ->
+    metrics, report, save. SIGINT / SIGTERM: every rank stops after the same step,
+    then saves it."""
+    signals = StopSignals(run.info.rank if run.info.enabled else None)
     signals.install()
     checks = StepChecks(cfg.sampling)
     try:
-        for step in range(learner.start + 1, cfg.steps + 1):
+        for step in range(start + 1, cfg.steps + 1):
             t_step = time.perf_counter()
-            (trajs, advantages, keep, rewards, timings), sampler_state = rollouts.next(step)
-            checks.crashes(step, trajs)  # too many: stop before training on the step
-            samples = to_samples(trajs, advantages, keep, cfg.rollout.group_size)
-            update, train_timings = learner.train(step, trajs, samples, rollouts)
-            metrics = {
-                **step_metrics(trajs, rewards, keep),
-                **update,
-                **timings,
-                **train_timings,
-                "step_s": time.perf_counter() - t_step,
-                "lr": learner.scheduler.get_last_lr()[0],
-                "trained_sequences": len(samples),
-                "trained_tokens": sum(len(s.ids) for s in samples),
-            }
-            metrics["tokens_per_s"] = sum(len(t.response_ids) for t in trajs) / max(
-                metrics["step_s"], 1e-9
-            )
-            metrics.update(rollouts.held_out(step))
-            report_step(run, step, cfg.steps, metrics, trajs, rewards, cfg.logging)
-            checks.kept(step, keep)  # after the step's line, which says it trained nothing
+            rollouts, sampler_state = source.next(step)
+            trajs = rollouts.trajectories
+            checks.check(step, trajs, rollouts.keep)  # stops before training on the step
+            samples = to_samples(trajs, rollouts.advantages, rollouts.keep, cfg.rollout.group_size)
+            metrics = step_metrics(trajs, rollouts.reward_terms, rollouts.keep)
+            metrics.update(rollouts.metrics)
+            t_train = time.perf_counter()
+            metrics.update(learner.score(samples))
+            metrics.update(source.bookkeeping(step, trajs, samples))
+            metrics.update(learner.update(step, samples))
+            metrics.update(source.updated(step, learner.model, t_train))
+            # the held-out eval may wake the engine before the next step does
+            release_for_generation(learner.model, learner.optimizer, run.info.device)
+            metrics["step_s"] = time.perf_counter() - t_step
+            metrics["lr"] = learner.scheduler.get_last_lr()[0]
+            metrics["trained_sequences"] = len(samples)
+            metrics["trained_tokens"] = sum(len(s.ids) for s in samples)
+            generated = sum(len(t.response_ids) for t in trajs)
+            metrics["tokens_per_s"] = generated / max(metrics["step_s"], 1e-9)
+            metrics.update(source.held_out(step))
+            report_step(run, step, cfg.steps, metrics, trajs, rollouts.reward_terms, cfg.logging)
             extra: dict[str, object] = {"sampler": sampler_state}
-            saved = run.maybe_save(step, learner.checkpointed, extra)
-            if step < cfg.steps and (signal_name := signals.requested(info)):
-                rollouts.stop()  # its requests aborted, its rollouts discarded
-                raise run.stop(signal_name, step, cfg.steps, saved, learner.checkpointed, extra)
-        final = run.finish(learner.model, learner.tokenizer)
+            saved = run.maybe_save(step, parts, extra)
+            if step < cfg.steps and (signal_name := signals.requested(run.info)):
+                source.stop()  # its requests aborted, its rollouts discarded
+                raise run.stop(signal_name, step, cfg.steps, saved, parts, extra)
+    except RunHalted:
+        run.metrics.close()  # what was logged stays; every rank leaves the group together
+        run.close()
+        raise
     finally:
-        rollouts.close()
         signals.restore()
-    return final

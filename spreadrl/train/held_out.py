@@ -15,6 +15,7 @@ from dataclasses import dataclass
 
 from torch import nn
 
+from spreadrl.data.sources import resolve_tasks
 from spreadrl.data.task import TaskSet
 from spreadrl.eval.config import EvalConfig, eval_rollout
 from spreadrl.rollout.chat import EpisodeChat
@@ -31,6 +32,13 @@ def eval_due(evaluation: EvalConfig, step: int, last: int) -> bool:
     """Whether the held-out eval runs after ``step`` (every N steps, and after ``last``)."""
     every = evaluation.every_steps
     return every > 0 and (step % every == 0 or step == last)
+
+
+def held_out_tasks(evaluation: EvalConfig, *, given: TaskSet | None) -> TaskSet | None:
+    """The held-out set: ``given``, else ``eval.tasks`` when an eval is due at all."""
+    if evaluation.every_steps and given is None:
+        return resolve_tasks(evaluation.tasks)
+    return given
 
 
 def held_out_jobs(tasks: TaskSet, evaluation: EvalConfig) -> list[EpisodeJob]:

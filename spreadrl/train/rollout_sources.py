@@ -1,145 +1,90 @@
-"""Where a GRPO run's rollouts come from: :func:`open_rollouts` builds the source once.
+"""Where a GRPO run's rollouts come from: sampled in the loop, or ahead of it.
 
 The synchronous source (:class:`SyncRollouts`) samples each step in the loop
 with the current weights while the trainer waits; the asynchronous one
 (:class:`spreadrl.train.async_steps.AsyncSteps`, ``rollout.max_staleness`` > 0)
-samples the next steps in a producer thread during the update. Both own the
-same things (the prompt order, the rollout engine, the environments, the
-held-out set), so the recipe's loop is one loop for both.
+samples the next steps in a producer thread during the update. Both are built
+from the same parts (the prompt order, the rollout engine, the held-out set),
+by :func:`build_rollout_source`, so the recipe's loop is one loop for both.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
-from contextlib import ExitStack
 from dataclasses import dataclass
-from typing import ClassVar
 
-from rich.console import Console
 from torch import nn
 from torch.optim import Optimizer
+from transformers import PreTrainedTokenizerBase
 
-from spreadrl.data.sources import resolve_tasks
-from spreadrl.data.task import TaskSet
-from spreadrl.env.factory import make_env_pool
-from spreadrl.rollout.chat import EpisodeChat
 from spreadrl.rollout.colocate import ColocatedRollouts
+from spreadrl.rollout.config import RolloutConfig
 from spreadrl.rollout.hf_policy import HFPolicy
 from spreadrl.rollout.policy import Policy
-from spreadrl.rollout.runner import EnvPoolLike
 from spreadrl.rollout.types import Trajectory
 from spreadrl.train.async_steps import AsyncSteps
 from spreadrl.train.batching import Sample
-from spreadrl.train.config import GRPOConfig
 from spreadrl.train.distributed import release_for_generation
 from spreadrl.train.held_out import HeldOut
-from spreadrl.train.learner import Learner
 from spreadrl.train.memory import PeakMemory
-from spreadrl.train.rollout_backend import build_rollout_policy, generating
-from spreadrl.train.rollouts import Collector, StepRollouts, StepSource
+from spreadrl.train.rollout_backend import generating
+from spreadrl.train.rollouts import StepRollouts, StepSource
 from spreadrl.train.sampler import EpochShuffle
 
 
-def open_rollouts(
-    cfg: GRPOConfig,
-    learner: Learner,
-    console: Console,
+def build_rollout_source(
     *,
-    pool: EnvPoolLike | None = None,
-    tasks: TaskSet | None = None,
-    eval_tasks: TaskSet | None = None,
+    rollout: RolloutConfig,
+    collect: Callable[[Policy, int], StepRollouts],
+    sampler: EpochShuffle[tuple[str, int]],
+    policy: Policy,
+    colocated: ColocatedRollouts | None,
+    held_out: HeldOut,
+    model: nn.Module,
+    tokenizer: PreTrainedTokenizerBase,
+    optimizer: Optimizer,
+    memory: PeakMemory,
+    device: str,
+    compute: str,
+    steps: int,
+    start: int,
+    tis_cap: float,
 ) -> StepSource:
-    """The run's rollout source: the tasks in a resumable order, the rollout engine, the
-    environments, the held-out set; sampled in the loop, or ahead of it when
-    ``rollout.max_staleness`` > 0.
+    """The synchronous source, or with ``rollout.max_staleness`` > 0 the asynchronous one
+    (its producer started for steps ``start + 1 .. steps``).
 
-    ``pool``, ``tasks``, ``eval_tasks``: see :func:`spreadrl.train.grpo.train_grpo`.
-    A pool built here is the source's, closed by its ``close()``."""
-    info, model, tokenizer = learner.info, learner.model, learner.tokenizer
-    tasks = tasks if tasks is not None else resolve_tasks(cfg.data.train_tasks)
-    if cfg.eval.every_steps and eval_tasks is None:
-        eval_tasks = resolve_tasks(cfg.eval.tasks)
-    prompts = [(t.id, case) for t, case in tasks.episodes()]
-    sampler = EpochShuffle(prompts, seed=cfg.seed)
-    if learner.resumed:
-        sampler.load(learner.resumed["extra"]["sampler"])
-    policy, colocated = build_rollout_policy(
-        cfg.rollout,
-        cfg.model,
-        model,
-        tokenizer,
-        info,
-        console,
-        max_prompt_tokens=cfg.data.max_prompt_tokens,
-        seed=cfg.seed,
-    )
-    resources = ExitStack()
-    if pool is None:
-        pool = resources.enter_context(make_env_pool(cfg.env, workers=cfg.rollout.concurrency))
-    try:  # a pool built here is closed again if what follows fails
-        chat = EpisodeChat.of(tokenizer)  # the format read off the chat template once
-        compute = learner.scoring.compute_dtype
-        held_out = HeldOut(
-            eval_tasks,
-            pool,
-            chat,
-            cfg.eval,
-            cfg.rollout,
-            steps=cfg.steps,
-            seed=cfg.seed,
-            max_prompt_tokens=cfg.data.max_prompt_tokens,
-            compute_dtype=compute,
+    Asynchronous: rollouts of the next steps overlap the update; the engine, if any, is
+    the producer's alone, so the held-out eval samples with the trainer's model (hf)."""
+    if not rollout.max_staleness:
+        return SyncRollouts(
+            collect=collect,
+            sampler=sampler,
+            policy=policy,
+            colocated=colocated,
+            evaluation=held_out,
             model=model,
-            info=info,
-        )
-        collect = Collector(
-            pool,
-            chat,
-            tasks,
-            sampler,
-            cfg.rollout,
-            cfg.sampling,
-            cfg.reward,
-            max_prompt_tokens=cfg.data.max_prompt_tokens,
-            seed=cfg.seed,
-            info=info,
-        )
-        if not cfg.rollout.max_staleness:
-            source: StepSource = SyncRollouts(
-                collect,
-                sampler,
-                policy,
-                colocated,
-                held_out,
-                model,
-                learner.optimizer,
-                learner.memory,
-                info.device,
-                compute,
-                resources,
-            )
-            return source
-        # rollouts of the next steps overlap the update; the engine, if any, is the
-        # producer's alone: the held-out eval samples with the trainer's model (hf)
-        engine = policy if colocated is not None else None
-        batch = cfg.rollout.group_size * cfg.rollout.prompts_per_step
-        eval_policy = policy if engine is None else HFPolicy(model, tokenizer, max_batch_size=batch)
-        return AsyncSteps.start(
-            cfg,
-            model,
-            tokenizer,
-            engine,
-            collect,
-            sampler.state,
-            held_out,
-            eval_policy,
-            resources,
-            start=learner.start,
+            optimizer=optimizer,
+            memory=memory,
+            device=device,
             compute=compute,
         )
-    except BaseException:
-        resources.close()
-        raise
+    engine = policy if colocated is not None else None
+    batch = rollout.group_size * rollout.prompts_per_step
+    eval_policy = policy if engine is None else HFPolicy(model, tokenizer, max_batch_size=batch)
+    return AsyncSteps.start(
+        rollout,
+        model,
+        tokenizer,
+        engine,
+        collect,
+        sampler.state,
+        held_out,
+        eval_policy,
+        steps=steps,
+        start=start,
+        compute=compute,
+        tis_cap=tis_cap,
+    )
 
 
 @dataclass
@@ -161,8 +106,6 @@ class SyncRollouts:
     memory: PeakMemory
     device: str
     compute: str
-    resources: ExitStack
-    asynchronous: ClassVar[bool] = False
 
     def next(self, step: int) -> tuple[StepRollouts, dict[str, object]]:
         release_for_generation(self.model, self.optimizer, self.device)
@@ -186,4 +129,4 @@ class SyncRollouts:
         pass  # nothing runs ahead
 
     def close(self) -> None:
-        self.resources.close()
+        pass  # owns nothing: the recipe closes the environments it opened

@@ -24,7 +24,7 @@ from spreadrl.rollout.chat import EpisodeChat
 from spreadrl.rollout.config import RolloutConfig
 from spreadrl.rollout.policy import Policy
 from spreadrl.rollout.runner import EnvPoolLike, EpisodeJob, RunValues, run_episodes
-from spreadrl.rollout.types import Trajectory
+from spreadrl.rollout.types import EndReason, Trajectory
 from spreadrl.train.advantages import group_advantages, nonconstant_groups
 from spreadrl.train.batching import Sample
 from spreadrl.train.config import DynamicSamplingConfig, RewardConfig
@@ -34,13 +34,14 @@ from spreadrl.train.sampler import EpochShuffle
 
 
 class StepRollouts(NamedTuple):
-    """One step's episodes, their advantages [groups, G], the kept groups, the reward terms."""
+    """One step's episodes, their advantages [groups, G], the kept groups, the reward
+    terms, and the rollout's metrics (phase times, refill rounds)."""
 
     trajectories: list[Trajectory]
     advantages: torch.Tensor
     keep: torch.Tensor  # bool [groups]
-    parts: list[dict[str, float]]  # each episode's reward by term
-    timings: dict[str, float]
+    reward_terms: list[dict[str, float]]  # each episode's reward by term
+    metrics: dict[str, float]
 
 
 class StepSource(Protocol):
@@ -49,8 +50,6 @@ class StepSource(Protocol):
     ahead of the trainer (:class:`spreadrl.train.async_steps.AsyncSteps`).
 
     The recipe's loop is the same for both; what differs lives behind these calls."""
-
-    asynchronous: bool  # samples may come from older weights than the ones updated
 
     def next(self, step: int) -> tuple[StepRollouts, dict[str, object]]:
         """Step ``step``'s rollouts, and the prompt sampler's state after its draws."""
@@ -120,8 +119,8 @@ def collect_rollouts(
     trajs: list[Trajectory] = []
     rewards_list: list[torch.Tensor] = []
     crashed_list: list[torch.Tensor] = []
-    parts_all: list[dict[str, float]] = []
-    timings: dict[str, float] = {}
+    terms: list[dict[str, float]] = []
+    metrics: dict[str, float] = {}
     rounds = 0
     while True:
         count = want if rounds == 0 else want - _useful(rewards_list, crashed_list)
@@ -138,12 +137,12 @@ def collect_rollouts(
         run = RunValues(seed=seed * 1000 + rounds, max_prompt_tokens=max_prompt_tokens)
         batch = run_episodes(policy, pool, jobs, rollout, chat, run=run)
         for k, v in batch.timings.items():
-            timings[k] = timings.get(k, 0.0) + v
+            metrics[k] = metrics.get(k, 0.0) + v
         rewards, parts = score_groups(batch.trajectories, G, reward, rollout.max_response_tokens)
         trajs += batch.trajectories
         rewards_list.append(rewards)
         crashed_list.append(crashed_groups(batch.trajectories, G))
-        parts_all += parts
+        terms += parts
         rounds += 1
         if (
             sampling.mode != "refill"
@@ -158,8 +157,8 @@ def collect_rollouts(
         else torch.ones(len(all_rewards), dtype=torch.bool)
     ) & ~torch.cat(crashed_list)
     advantages = group_advantages(all_rewards)
-    timings["refill_rounds"] = float(rounds - 1)  # extra rollout rounds (a metric, not a time)
-    return StepRollouts(trajs, advantages, keep, parts_all, timings)
+    metrics["refill_rounds"] = float(rounds - 1)  # extra rollout rounds
+    return StepRollouts(trajs, advantages, keep, terms, metrics)
 
 
 @dataclass(frozen=True)
@@ -221,7 +220,7 @@ def to_samples(
         if (
             not bool(keep_groups[i // group_size])
             or not any(t.response_mask)
-            or t.stop_reason == "prompt_too_long"
+            or t.stop_reason == EndReason.PROMPT_TOO_LONG
             or t.crashed  # its group is not kept either (collect_rollouts)
         ):
             continue

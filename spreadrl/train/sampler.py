@@ -17,6 +17,8 @@ from typing import Any, Generic, TypeVar
 
 import torch
 
+from spreadrl.data.task import TaskSet
+
 T = TypeVar("T")
 
 Permutation = Callable[[int, int], list[int]]
@@ -76,3 +78,14 @@ class EpochShuffle(Generic[T]):
             self.order = [int(i) for i in order]
         else:  # an SFT checkpoint, or GRPO's saved before its first draw
             self.order = self.permutation(len(self.items), self.seed + self.epoch)
+
+
+def prompt_order(
+    tasks: TaskSet, *, seed: int, state: dict[str, Any] | None
+) -> EpochShuffle[tuple[str, int]]:
+    """A GRPO run's prompts (task id, case) in a seeded order, epoch after epoch; at the
+    position a checkpoint's sampler ``state`` recorded when resuming."""
+    sampler = EpochShuffle([(t.id, case) for t, case in tasks.episodes()], seed=seed)
+    if state is not None:
+        sampler.load(state)
+    return sampler

@@ -16,6 +16,8 @@ from pathlib import Path
 import torch
 from rich.console import Console
 from torch import nn
+from torch.optim import Optimizer
+from torch.optim.lr_scheduler import LRScheduler
 from transformers import PreTrainedTokenizerBase
 
 from spreadrl.train.batching import (
@@ -81,6 +83,54 @@ def sft_loss_step(
     return {"loss": all_reduce(loss_sum), "tokens": float(total)}
 
 
+def sft_update(
+    model: nn.Module,
+    optimizer: Optimizer,
+    scheduler: LRScheduler,
+    batch: list[Sample],
+    cfg: SFTConfig,
+    *,
+    pad_id: int,
+    world_size: int,
+    shared_prefix: bool,
+    compute_dtype: str,
+) -> dict[str, float]:
+    """One optimizer step on ``batch`` (this rank's share): the gradient of
+    :func:`sft_loss_step`, clipped to ``optim.grad_clip``, AdamW, the schedule; its metrics."""
+    optimizer.zero_grad(set_to_none=True)
+    stats = sft_loss_step(
+        model,
+        batch,
+        pad_id=pad_id,
+        micro_batch_tokens=cfg.micro_batch_tokens,
+        world_size=world_size,
+        shared_prefix=shared_prefix,
+        compute_dtype=compute_dtype,
+    )
+    params = [p for p in model.parameters() if p.requires_grad]
+    norm = torch.nn.utils.clip_grad_norm_(params, cfg.optim.grad_clip)
+    grad_norm = float(norm.full_tensor() if hasattr(norm, "full_tensor") else norm)
+    optimizer.step()
+    scheduler.step()
+    return {**stats, "grad_norm": grad_norm, "lr": scheduler.get_last_lr()[0]}
+
+
+def dropped_line(dropped: int, limit: int, max_length: int) -> str:
+    """What SFT says of the conversations it left out (never cut): longer than ``limit``,
+    which is ``max_length`` or, when shorter, the model's context."""
+    why = f"the model's {limit}-token context" if limit < max_length else "max_length"
+    return f"dropped {dropped} conversations longer than {limit} tokens ({why}; never cut)"
+
+
+def sft_step_line(step: int, steps: int, metrics: dict[str, float]) -> str:
+    """The SFT step's console line."""
+    return (
+        f"sft step {step:>5}/{steps}  loss {metrics['loss']:.4f}  "
+        f"gnorm {metrics['grad_norm']:.3f}  lr {metrics['lr']:.2e}  "
+        f"{metrics['tokens_per_s']:.0f} tok/s"
+    )
+
+
 def train_sft(
     cfg: SFTConfig,
     *,
@@ -116,11 +166,7 @@ def train_sft(
     limit = min(cfg.max_length, context)
     data = load_sft_dataset(Path(cfg.data.path), tokenizer, limit)
     if data.dropped_too_long:
-        why = f"the model's {context}-token context" if limit < cfg.max_length else "max_length"
-        console.print(
-            f"[yellow]dropped {data.dropped_too_long} conversations longer than {limit} "
-            f"tokens ({why}; never cut)[/]"
-        )
+        console.print(f"[yellow]{dropped_line(data.dropped_too_long, limit, cfg.max_length)}[/]")
     steps = cfg.total_steps(len(data.samples))
     compute = run.precision.compute
     shard_model(model, info, compute_dtype=compute, cpu_offload=cfg.model.cpu_offload)
@@ -132,7 +178,8 @@ def train_sft(
     if state:
         order.load(state["extra"]["order"])
     parts = Checkpointed(model, tokenizer, optimizer, scheduler)
-    params = [p for p in model.parameters() if p.requires_grad]
+    update_args = {"pad_id": pad_id, "world_size": info.world_size, "compute_dtype": compute}
+    update_args["shared_prefix"] = shared_prefix
     model.train()
     # SIGINT / SIGTERM: every rank stops after the same step, then saves it
     signals = StopSignals(info.rank if info.enabled else None)
@@ -141,39 +188,16 @@ def train_sft(
         for step in range(start + 1, steps + 1):
             t0 = time.perf_counter()
             batch = rank_slice(order.next(cfg.batch_size), info)
-            optimizer.zero_grad(set_to_none=True)
-            stats = sft_loss_step(
-                model,
-                batch,
-                pad_id=pad_id,
-                micro_batch_tokens=cfg.micro_batch_tokens,
-                world_size=info.world_size,
-                shared_prefix=shared_prefix,
-                compute_dtype=compute,
-            )
-            norm = torch.nn.utils.clip_grad_norm_(params, cfg.optim.grad_clip)
-            grad_norm = float(norm.full_tensor() if hasattr(norm, "full_tensor") else norm)
-            optimizer.step()
-            scheduler.step()
+            metrics = sft_update(model, optimizer, scheduler, batch, cfg, **update_args)
             elapsed = time.perf_counter() - t0
-            metrics = {
-                **stats,
-                "grad_norm": grad_norm,
-                "lr": scheduler.get_last_lr()[0],
-                "epoch": order.epoch,
-                "step_s": elapsed,
-                "tokens_per_s": sum(len(s.ids) for s in batch) / max(elapsed, 1e-9),
-            }
+            metrics["epoch"] = order.epoch
+            metrics["step_s"] = elapsed
+            metrics["tokens_per_s"] = sum(len(s.ids) for s in batch) / max(elapsed, 1e-9)
             if info.is_main:
                 run.metrics.log(step, metrics)
-            if info.is_main and (
-                step == 1 or step % max(1, cfg.logging.every_steps) == 0 or step == steps
-            ):
-                console.print(
-                    f"sft step {step:>5}/{steps}  loss {stats['loss']:.4f}  "
-                    f"gnorm {grad_norm:.3f}  lr {metrics['lr']:.2e}  "
-                    f"{metrics['tokens_per_s']:.0f} tok/s"
-                )
+            every = max(1, cfg.logging.every_steps)
+            if info.is_main and (step == 1 or step % every == 0 or step == steps):
+                console.print(sft_step_line(step, steps, metrics))
             extra: dict[str, object] = {"order": order.state()}
             saved = run.maybe_save(step, parts, extra)
             if step < steps and (signal_name := signals.requested(info)):

@@ -5,7 +5,8 @@ on: their groups are dropped (:func:`spreadrl.train.rollouts.collect_rollouts`).
 A few are noise; many mean the run is measuring spreadrl's failures, not the
 model, so above ``sampling.max_crashed_fraction`` of a step's episodes the run
 stops before that step's update. A step that keeps no group trains nothing;
-``sampling.max_untrained_steps`` of them in a row stop the run too. Both stop
+``sampling.max_untrained_steps`` of them in a row stop the run too (the last of
+them is not trained: the lines of those before it said ``untrained``). Both stop
 with :class:`~spreadrl.errors.RunHalted` (one line, the CLI's ``error:``), on
 every rank alike: the counts are summed over ranks first.
 """
@@ -31,6 +32,11 @@ class StepChecks:
 
     sampling: DynamicSamplingConfig
     untrained: int = 0
+
+    def check(self, step: int, trajs: list[Trajectory], keep: torch.Tensor) -> None:
+        """Both rules on the step's rollouts, before its update (every rank alike)."""
+        self.crashes(step, trajs)
+        self.kept(step, keep)
 
     def crashes(self, step: int, trajs: list[Trajectory]) -> int:
         """The step's crashed episodes over all ranks; raise when they are too many.

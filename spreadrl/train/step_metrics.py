@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import torch
 
-from spreadrl.rollout.types import Trajectory
+from spreadrl.rollout.types import EndReason, Trajectory
 from spreadrl.train.config import LoggingConfig
 from spreadrl.train.distributed import all_reduce
 from spreadrl.train.memory import MEMORY_KEYS
@@ -13,7 +13,7 @@ from spreadrl.train.trajectory_log import save_step_trajectories
 
 
 def step_metrics(
-    trajs: list[Trajectory], parts: list[dict[str, float]], keep: torch.Tensor
+    trajs: list[Trajectory], reward_terms: list[dict[str, float]], keep: torch.Tensor
 ) -> dict[str, float]:
     """Means over the step's trajectories, reward terms included, and the groups kept."""
     n = max(len(trajs), 1)
@@ -24,16 +24,16 @@ def step_metrics(
         "generated_tokens": sum(t.generated_tokens for t in trajs) / n,
         "tool_calls": sum(t.tool_calls for t in trajs) / n,
         "parse_errors": sum(t.parse_errors for t in trajs) / n,
-        "prompt_too_long": float(sum(t.stop_reason == "prompt_too_long" for t in trajs)),
+        "prompt_too_long": float(sum(t.stop_reason == EndReason.PROMPT_TOO_LONG for t in trajs)),
         "episode_errors": float(sum(t.crashed for t in trajs)),  # their groups are dropped
         # episodes the environment ended scored 0: a refused workbook, a worker limit
-        "workbook_refused": float(sum(t.stop_reason == "workbook_refused" for t in trajs)),
-        "env_limit": float(sum(t.stop_reason == "env_limit" for t in trajs)),
+        "workbook_refused": float(sum(t.stop_reason == EndReason.WORKBOOK_REFUSED for t in trajs)),
+        "env_limit": float(sum(t.stop_reason == EndReason.ENV_LIMIT for t in trajs)),
         "groups_kept": float(keep.sum()),
         "groups": float(len(keep)),
     }
-    for key in {k for p in parts for k in p}:
-        out[f"reward/{key}"] = sum(p.get(key, 0.0) for p in parts) / n
+    for key in {k for p in reward_terms for k in p}:
+        out[f"reward/{key}"] = sum(p.get(key, 0.0) for p in reward_terms) / n
     return out
 
 
@@ -137,7 +137,7 @@ def report_step(
     total: int,
     metrics: dict[str, float],
     trajs: list[Trajectory],
-    parts: list[dict[str, float]],
+    reward_terms: list[dict[str, float]],
     logging: LoggingConfig,
 ) -> None:
     """Reduce the step's metrics over ranks; on rank 0 log them, keep a spread of its
@@ -148,7 +148,7 @@ def report_step(
         return
     line = step_line(step, total, metrics)
     run.metrics.log(step, metrics)
-    save_step_trajectories(run.out, step, trajs, parts, logging.trajectories_per_step)
+    save_step_trajectories(run.out, step, trajs, reward_terms, logging.trajectories_per_step)
     if step % max(1, logging.every_steps) == 0 or step == total:
         run.console.print(line)
     if "eval/pass@1" in metrics:

@@ -8,12 +8,12 @@ real command line.
 
 from __future__ import annotations
 
-import spreadrl.train.learner as learner
+import spreadrl.train.grpo as grpo
 from spreadrl.cli.main import main
 from tests.train.equivalence import sgd_optimizer
 
-# the name the GRPO learner calls (it imports build_optimizer from optimizer.py at module level)
-learner.build_optimizer = sgd_optimizer
+# the name the GRPO recipe calls (it imports build_optimizer from optimizer.py at module level)
+grpo.build_optimizer = sgd_optimizer
 
 if __name__ == "__main__":
     main()

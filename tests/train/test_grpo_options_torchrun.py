@@ -21,7 +21,7 @@ import pytest
 from rich.console import Console
 
 from spreadrl.config import load_config
-from spreadrl.train import learner
+from spreadrl.train import grpo as grpo_module
 from spreadrl.train.config import GRPOConfig
 from spreadrl.train.grpo import train_grpo
 from tests.train.equivalence import SGD_OVERRIDES, assert_same_update, saved_weights, sgd_optimizer
@@ -61,7 +61,7 @@ def test_torchrun_two_ranks_equal_one_process(tiny_model_dir, tmp_path, monkeypa
         GRPOConfig, None, [*_overrides(tiny_model_dir, single, 2), *SEED, *SGD_OVERRIDES]
     )
     with monkeypatch.context() as patch:
-        patch.setattr(learner, "build_optimizer", sgd_optimizer)
+        patch.setattr(grpo_module, "build_optimizer", sgd_optimizer)
         train_grpo(cfg, console=Console(quiet=True))
 
     two = tmp_path / "two"

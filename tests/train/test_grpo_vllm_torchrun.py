@@ -26,7 +26,7 @@ import torch
 from rich.console import Console
 
 from spreadrl.config import load_config
-from spreadrl.train import learner
+from spreadrl.train import grpo as grpo_module
 from spreadrl.train.config import GRPOConfig
 from spreadrl.train.grpo import train_grpo
 from tests.rollout import fake_vllm
@@ -59,7 +59,7 @@ def test_torchrun_vllm_one_engine_per_rank_gets_full_weights(monkeypatch, tiny_m
     with monkeypatch.context() as patch:
         fake_vllm.install(patch, TransformersLLM)
         patch.setattr(vllm_policy, "require_vllm_gpu", vllm_policy.import_vllm)
-        patch.setattr(learner, "build_optimizer", sgd_optimizer)  # both runs: equivalence.py
+        patch.setattr(grpo_module, "build_optimizer", sgd_optimizer)  # both runs: equivalence.py
         cfg = load_config(
             GRPOConfig, None, [*_overrides(tiny_model_dir, single, 2), *SEED, *VLLM, *SGD_OVERRIDES]
         )

@@ -288,7 +288,7 @@ def test_grpo_with_and_without_sharing_trains_the_same(tiny_model_dir, tmp_path,
 
     import spreadrl.train.update as update
     from spreadrl.config import load_config
-    from spreadrl.train import learner
+    from spreadrl.train import grpo as grpo_module
     from spreadrl.train.config import GRPOConfig
     from spreadrl.train.grpo import train_grpo
     from tests.train.equivalence import (
@@ -307,7 +307,7 @@ def test_grpo_with_and_without_sharing_trains_the_same(tiny_model_dir, tmp_path,
         return batch
 
     monkeypatch.setattr(update, "collate", spy)
-    monkeypatch.setattr(learner, "build_optimizer", sgd_optimizer)
+    monkeypatch.setattr(grpo_module, "build_optimizer", sgd_optimizer)
     runs = {}
     for shared in (True, False):
         out = tmp_path / f"shared-{shared}"
