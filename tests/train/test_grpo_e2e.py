@@ -10,6 +10,7 @@ from spreadrl.config import load_config
 from spreadrl.data.task import TaskSet
 from spreadrl.train.config import GRPOConfig
 from spreadrl.train.grpo import train_grpo
+from spreadrl.train.run_identity import claim_training_folder
 from tests.rollout.fakes import FakePool, make_task
 
 
@@ -65,12 +66,9 @@ def test_grpo_runs_logs_and_resumes_to_the_same_next_step(tiny_model_dir, tmp_pa
         pool=FakePool(),
         tasks=tasks,
     )
-    train_grpo(
-        _cfg(tiny_model_dir, resumed, 3, ["checkpoint.every_steps=1"]),
-        console=quiet,
-        pool=FakePool(),
-        tasks=tasks,
-    )
+    longer = _cfg(tiny_model_dir, resumed, 3, ["checkpoint.every_steps=1"])
+    claim_training_folder(longer, resume_changes=True)  # what `spreadrl grpo --resume` does
+    train_grpo(longer, console=quiet, pool=FakePool(), tasks=tasks)
     again = _metrics(resumed)
     assert [m["step"] for m in again] == [1, 2, 3]
     for key in ("loss", "reward_mean", "response_tokens", "grad_norm"):
