@@ -31,14 +31,20 @@ def _show(kind: str, recipe: Path) -> str:
     return result.output
 
 
+def _kind(recipe: Path) -> str:
+    """The command a shipped recipe is for: ``sft-*.yaml`` are SFT's, the rest GRPO's."""
+    return "sft" if recipe.stem.startswith("sft-") else "grpo"
+
+
 @pytest.mark.parametrize("recipe", RECIPES, ids=[r.stem for r in RECIPES])
 def test_a_shipped_recipe_resolves_as_before(recipe: Path) -> None:
-    fixture = FIXTURES / f"grpo-{recipe.stem}.yaml"
+    kind = _kind(recipe)
+    fixture = FIXTURES / f"{kind}-{recipe.stem}.yaml"
     assert fixture.exists(), (
-        f"{fixture.relative_to(ROOT)} missing: save `spreadrl config show "
+        f"{fixture.relative_to(ROOT)} missing: save `spreadrl config show --kind {kind} "
         f"configs/{recipe.name}` there when adding a recipe"
     )
-    assert _show("grpo", recipe) == fixture.read_text()
+    assert _show(kind, recipe) == fixture.read_text()
 
 
 @pytest.mark.parametrize("kind", ["grpo", "sft"])
@@ -50,7 +56,7 @@ def test_the_built_in_defaults_resolve_as_before(kind: str, tmp_path: Path) -> N
 
 def test_every_fixture_belongs_to_a_recipe() -> None:
     """A fixture left behind by a removed recipe would guard nothing."""
-    expected = {f"grpo-{r.stem}.yaml" for r in RECIPES} | {
+    expected = {f"{_kind(r)}-{r.stem}.yaml" for r in RECIPES} | {
         "grpo-defaults.yaml",
         "sft-defaults.yaml",
     }

@@ -143,3 +143,25 @@ def test_remove_owned_deletes_only_the_named_entries(tmp_path):
     (tmp_path / "notes.txt").write_text("mine")
     assert remove_owned(tmp_path, ("grpo", "summary.json", "sft")) == ["grpo", "summary.json"]
     assert sorted(p.name for p in tmp_path.iterdir()) == ["notes.txt"]
+
+
+def test_the_report_says_why_episodes_did_not_start():
+    from spreadrl.env.types import EndReason
+    from spreadrl.eval.report import build_report, no_episode_started, some_did_not_start
+    from spreadrl.rollout.types import Trajectory
+
+    def episode(sample: int, prompt: int | None) -> Trajectory:
+        traj = Trajectory("t", 1, sample, [])
+        if prompt is not None:
+            traj.stop_reason = EndReason.PROMPT_TOO_LONG
+            traj.metadata.update(prompt_tokens=prompt, prompt_limit={"the model's context": 4096})
+        return traj
+
+    none_ran = build_report([episode(0, 4855), episode(1, 5102)])
+    reason = no_episode_started(none_ran)
+    assert reason is not None and "4,855-5,102 tokens" in reason and "4,096" in reason
+    assert some_did_not_start(none_ran) is None
+    some_ran = build_report([episode(0, 5000), episode(1, None)])
+    assert no_episode_started(some_ran) is None
+    assert "1 of 2 episodes did not start" in some_did_not_start(some_ran)
+    assert no_episode_started(build_report([episode(0, None)])) is None

@@ -74,7 +74,7 @@ def run_eval_command(
     """Evaluate ``spec`` into ``out``: print the report, or raise when it measured nothing."""
     from spreadrl.cli.outdir import removed_if_failed_start
     from spreadrl.data.sources import resolve_tasks
-    from spreadrl.eval.report import no_episode_started, render_report
+    from spreadrl.eval.report import no_episode_started, render_report, some_did_not_start
     from spreadrl.run_folder import claim_run_folder
 
     console = Console()
@@ -93,6 +93,9 @@ def run_eval_command(
     if reason is not None:  # 0% of nothing is no measurement
         raise SpreadrlError(f"{reason} (report: {out / 'report.json'})")
     render_report(report, console, title=f"{spec.backend} on {plain(spec.tasks)}")
+    warning = some_did_not_start(report)
+    if warning is not None:
+        console.print(f"[yellow]warning[/]: {plain(warning)}", highlight=False)
     console.print(
         f"report: {out / 'report.json'}  trajectories: {out / 'trajectories.jsonl'}  "
         f"outputs: {out / 'outputs'}  config: {out / 'config.yaml'}",

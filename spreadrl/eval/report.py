@@ -100,6 +100,23 @@ def no_episode_started(report: dict[str, Any]) -> str | None:
     )
 
 
+def some_did_not_start(report: dict[str, Any]) -> str | None:
+    """A warning when some (not all) episodes never reached the model; None otherwise.
+
+    Those episodes count as failures in pass@1: the figure is the model's on the
+    prompts that fit, diluted by the ones that did not.
+    """
+    too_long = report.get("prompt_too_long") or {}
+    hit = too_long.get("episodes", 0)
+    if not hit or hit >= report.get("episodes", 0):
+        return None
+    limits = " and ".join(f"{v:,} ({k})" for k, v in too_long.get("limits", {}).items())
+    return (
+        f"{hit} of {report['episodes']} episodes did not start: their prompt is longer than "
+        f"{limits or 'the limit'}; they count as failures in pass@1"
+    )
+
+
 MAX_ERRORS = 50
 """Episode errors listed in a report (all are counted in ``episode_errors``)."""
 

@@ -2,9 +2,13 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING
 
 from spreadrl.errors import SpreadrlError
+from spreadrl.rollout.policy import Policy
+
+if TYPE_CHECKING:  # transformers loads only with a model (spreadrl --help stays fast)
+    from transformers import PreTrainedTokenizerBase
 
 BACKENDS = ("hf", "vllm", "openai", "oracle", "noop")
 
@@ -18,7 +22,7 @@ def load_policy(
     base_url: str | None = None,
     max_batch_size: int = 64,
     max_model_len: int | None = None,
-) -> tuple[Any, Any]:
+) -> tuple[Policy, PreTrainedTokenizerBase | None]:
     """Return ``(policy, tokenizer)``; the tokenizer is None for message-level policies.
 
     For eval, serve and ``data sft-build``: a fixed checkpoint loaded from ``model``.

@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-import spreadrl.train.rollout_sources as rollout_sources
+import spreadrl.train.grpo as grpo
 from spreadrl.cli.main import main
 from spreadrl.data.builtin import builtin_tasks
 from spreadrl.rollout.types import PolicyTurn
@@ -75,7 +75,7 @@ def _solved_task(root: Path) -> Path:
 def test_a_grpo_step_survives_an_agent_that_writes_a_bomb(tiny_model_dir, tmp_path, monkeypatch):
     tasks = _solved_task(tmp_path / "tasks")
     monkeypatch.setattr(
-        rollout_sources,
+        grpo,  # the recipe builds its rollout policy by this name
         "build_rollout_policy",
         lambda rollout, model_cfg, model, tokenizer, *a, **k: (BombOrAnswer(tokenizer), None),
     )
