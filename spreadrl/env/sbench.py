@@ -35,6 +35,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from spreadrl.archive_gate import check_archive
 from spreadrl.env.types import Mismatch
 
 _EPOCH = dt.datetime(1899, 12, 30)
@@ -180,6 +181,8 @@ def compare_books(answer: Path, output: Path, answer_position: str) -> tuple[lis
     import openpyxl
 
     try:
+        check_archive(answer)
+        check_archive(output)
         gt_book = openpyxl.load_workbook(answer, data_only=True)
         out_book = openpyxl.load_workbook(output, data_only=True)
     except Exception as exc:  # noqa: BLE001 - upstream: any load error fails the case

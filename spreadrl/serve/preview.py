@@ -10,6 +10,8 @@ import io
 from pathlib import Path
 from typing import Any
 
+from spreadrl.archive_gate import WorkbookRefused, check_archive
+
 MAX_ROWS, MAX_COLS = 15, 8
 
 
@@ -22,7 +24,10 @@ def workbook_grid(
 
     handle = io.BytesIO(source) if isinstance(source, bytes) else source
     try:
+        check_archive(source, name="the previewed workbook")
         book = openpyxl.load_workbook(handle, read_only=True)
+    except WorkbookRefused as exc:
+        return {"error": f"cannot preview this workbook: {exc}"}
     except Exception as exc:  # noqa: BLE001  # any unreadable file: the preview says so
         return {"error": f"cannot preview this workbook ({type(exc).__name__})"}
     try:

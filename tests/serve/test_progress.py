@@ -57,5 +57,5 @@ def test_serve_mounts_the_viewer_when_given_a_run_folder(tiny_policy, tmp_path):
     app = create_app(make_settings(), tiny_policy[0], tiny_policy[1], view_dir=run)
     with TestClient(app) as client:
         names = [r["name"] for r in client.get("/view/api/runs").json()["runs"]]
-        assert names == ["eval-grpo", "eval-sft", "grpo"]
+        assert names == ["eval-grpo", "eval-sft", "grpo", "sft"]
         assert "spreadrl view" in client.get("/view/").text

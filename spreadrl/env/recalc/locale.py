@@ -31,6 +31,7 @@ from contextvars import ContextVar
 from functools import lru_cache
 from pathlib import Path
 
+from spreadrl.archive_gate import check_archive
 from spreadrl.errors import ConfigError
 
 DEFAULT_LOCALE = "en-US"
@@ -135,6 +136,7 @@ def _votes(text: str) -> set[str]:
 def cached_text_results(path: Path) -> list[str]:
     """The cached values of the TEXT formulas of ``path`` (read from the sheet XML)."""
     found: list[str] = []
+    check_archive(path)
     with zipfile.ZipFile(path) as archive:
         for name in archive.namelist():
             if not (name.startswith("xl/worksheets/") and name.endswith(".xml")):
