@@ -10,7 +10,7 @@ import typer
 from spreadrl.cli.console import plain
 from spreadrl.data.task import load_tasks
 from spreadrl.env.config import check_engine_name
-from spreadrl.env.recalc.locale import check_locale_name
+from spreadrl.env.recalc.locales import check_locale_name
 from spreadrl.errors import SpreadrlError
 
 

@@ -27,7 +27,7 @@ from spreadrl.cells import (  # noqa: F401
 )
 from spreadrl.data.task import Task
 from spreadrl.env.recalc.errors import FAILS_CHECK
-from spreadrl.env.recalc.locale import AUTO, DEFAULT_LOCALE, infer_locale, recalc_locale
+from spreadrl.env.recalc.locales import AUTO, DEFAULT_LOCALE, infer_locale, recalc_locale
 from spreadrl.env.recalc.values import WorkbookValues, load_values
 from spreadrl.env.types import Mismatch
 from spreadrl.errors import ConfigError, WorkbookError
@@ -115,7 +115,7 @@ def check_workbook(
     gives SpreadsheetBench's own verdict instead (:mod:`spreadrl.env.sbench`;
     ``engine`` and ``locale`` are then unused: upstream converts with LibreOffice's
     defaults). ``locale`` is the one TEXT and number formats render in for every
-    engine (:mod:`spreadrl.env.recalc.locale`); ``auto`` reads it from the answer's
+    engine (:mod:`spreadrl.env.recalc.locales`); ``auto`` reads it from the answer's
     cached TEXT results, en-US where they say nothing.
     """
     output_path, answer_path = Path(output_path), Path(answer_path)

@@ -19,7 +19,7 @@ from spreadrl.archive_gate import ArchiveLimits
 from spreadrl.config import Section, option
 from spreadrl.env.limits import WATCHDOG_GRACE_S, WorkerLimits
 from spreadrl.env.recalc import ENGINES
-from spreadrl.env.recalc.locale import LOCALES, check_locale_name
+from spreadrl.env.recalc.locales import LOCALES, check_locale_name
 from spreadrl.errors import ConfigError
 
 TOOL_PRESETS = ("minimal", "full", "spreadsheet-rl", "spreadsheet-rl-2606")

@@ -11,7 +11,7 @@ import pytest
 
 from spreadrl.env.checker import check_workbook
 from spreadrl.env.config import EnvConfig
-from spreadrl.env.recalc.locale import infer_locale
+from spreadrl.env.recalc.locales import infer_locale
 from spreadrl.errors import ConfigError
 from tests.sysdeps import needs_libreoffice
 

@@ -45,7 +45,7 @@ from spreadrl.env.recalc.excel_rules import UNKNOWN, function_calls, rewrite_for
 from spreadrl.env.recalc.excel_text import builds_text_from_values
 from spreadrl.env.recalc.ironcalc_engine import _dump, save_model
 from spreadrl.env.recalc.libreoffice import LibreOfficeEngine, uno_python
-from spreadrl.env.recalc.locale import DEFAULT_LOCALE, current_locale
+from spreadrl.env.recalc.locales import DEFAULT_LOCALE, current_locale
 from spreadrl.env.recalc.xlsx_scan import XlsxScan, load_model, scan_xlsx
 from spreadrl.errors import SpreadrlError, WorkbookError
 

@@ -16,7 +16,7 @@ from pathlib import Path
 import ironcalc
 from ironcalc import Model
 
-from spreadrl.env.recalc.locale import current_locale, ironcalc_locale
+from spreadrl.env.recalc.locales import current_locale, ironcalc_locale
 from spreadrl.env.recalc.xlsx_scan import load_model
 from spreadrl.errors import ConfigError, WorkbookError
 

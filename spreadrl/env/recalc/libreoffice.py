@@ -31,7 +31,7 @@ from spreadrl.archive_gate import check_archive
 from spreadrl.env import recalc
 from spreadrl.env.recalc.ironcalc_engine import read_cached
 from spreadrl.env.recalc.lo_service import ServiceClient, service_mode
-from spreadrl.env.recalc.locale import DEFAULT_LOCALE, current_locale
+from spreadrl.env.recalc.locales import DEFAULT_LOCALE, current_locale
 from spreadrl.errors import ConfigError, MissingDependencyError, WorkbookError
 
 INSTALL_HINT = (
@@ -311,7 +311,7 @@ class LibreOfficeEngine:
                 f"persistent LibreOffice needs LibreOffice's UNO binding for {SYSTEM_PYTHON} "
                 "(Debian/Ubuntu: `apt-get install -y python3-uno`)"
             )
-        # the recalculation locale (spreadrl.env.recalc.locale): the machine's service
+        # the recalculation locale (spreadrl.env.recalc.locales): the machine's service
         # renders en-US; another locale gets a soffice of its own in this process
         self.locale = current_locale()
         self.server: LibreOfficeServer | ServiceClient | None = None

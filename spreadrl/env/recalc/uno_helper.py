@@ -5,7 +5,7 @@ system Python (``/usr/bin/python3``), the only one that has LibreOffice's
 ``uno`` module (Debian's python3-uno); it imports nothing from spreadrl.
 
 Usage: ``python3 uno_helper.py SOFFICE PROFILE_DIR [LOCALE]`` (LOCALE, default en-US:
-the locale TEXT and number formats are rendered in, spreadrl.env.recalc.locale). It starts ``soffice``
+the locale TEXT and number formats are rendered in, spreadrl.env.recalc.locales). It starts ``soffice``
 listening on a private pipe, prints ``{"ready": true}`` and then answers
 one JSON line per request line on stdin:
 ``{"src": "/abs/in.xlsx", "dst": "/abs/out.xlsx"}`` ->

@@ -14,7 +14,7 @@ from pydantic import Field
 from spreadrl.archive_gate import WorkbookRefused
 from spreadrl.env.recalc import get_engine
 from spreadrl.env.recalc.errors import is_error_value
-from spreadrl.env.recalc.locale import AUTO, DEFAULT_LOCALE, recalc_locale
+from spreadrl.env.recalc.locales import AUTO, DEFAULT_LOCALE, recalc_locale
 from spreadrl.env.sandbox import SandboxLimits, SandboxResult, run_python
 from spreadrl.env.tools.base import Tool, ToolContext
 from spreadrl.env.tools.common import Args, RangesArgs, check_ranges, render_pages
