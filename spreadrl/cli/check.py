@@ -176,8 +176,9 @@ def _check_set(
     console.print(
         f"{len(scores)} tasks ({scoring} scoring): soft accuracy {soft:.2%}, "
         f"hard accuracy {hard:.2%}"
-        + (f"; {n_missing} missing outputs (counted as failures)" if n_missing else "")
     )
+    if n_missing:
+        console.print(f"{n_missing} missing outputs (counted as failures)")
     if json_path is not None:
         payload = {
             "scoring": scoring,
