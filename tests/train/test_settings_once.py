@@ -24,6 +24,11 @@ DIFFERENT_SETTINGS = {
         "logging.every_steps": "how often a line is printed",
         "eval.every_steps": "how often the held-out eval runs (GRPO)",
     },
+    "temperature": {
+        "rollout.temperature": "how training rollouts sample (exploration)",
+        "eval.temperature": "how held-out episodes sample (0 = greedy, as Spreadsheet-RL "
+        "validates); None reads rollout.temperature, so the two cannot drift by default",
+    },
 }
 
 
