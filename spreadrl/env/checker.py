@@ -30,6 +30,7 @@ from spreadrl.env.recalc.errors import FAILS_CHECK
 from spreadrl.env.recalc.locales import AUTO, DEFAULT_LOCALE, infer_locale, recalc_locale
 from spreadrl.env.recalc.values import WorkbookValues, load_values
 from spreadrl.env.types import Mismatch
+from spreadrl.env.value_compare import transformed_values_match
 from spreadrl.errors import ConfigError, WorkbookError
 
 # ---------------------------------------------------------------- value rules
@@ -67,12 +68,7 @@ def normalize_value(value: object) -> object:
 
 def values_match(expected: object, actual: object) -> bool:
     """SpreadsheetBench's compare_cell_value: empty == "", types must agree, then ==."""
-    a, b = normalize_value(expected), normalize_value(actual)
-    if (a is None or a == "") and (b is None or b == ""):
-        return True
-    if type(a) is not type(b):
-        return False
-    return bool(a == b)
+    return transformed_values_match(normalize_value(expected), normalize_value(actual))
 
 
 # ---------------------------------------------------------------- checking

@@ -37,6 +37,7 @@ from typing import Any
 
 from spreadrl.archive_gate import check_archive
 from spreadrl.env.types import Mismatch
+from spreadrl.env.value_compare import transformed_values_match
 
 _EPOCH = dt.datetime(1899, 12, 30)
 SCORINGS = ("hybrid", "spreadsheetbench")
@@ -61,12 +62,7 @@ def sbench_transform(value: object) -> object:
 
 def sbench_values_match(expected: object, actual: object) -> bool:
     """SpreadsheetBench's ``compare_cell_value``: None and "" are one empty, then types, then ==."""
-    a, b = sbench_transform(expected), sbench_transform(actual)
-    if (a is None or a == "") and (b is None or b == ""):
-        return True
-    if type(a) is not type(b):
-        return False
-    return bool(a == b)
+    return transformed_values_match(sbench_transform(expected), sbench_transform(actual))
 
 
 def split_position(text: str) -> list[str]:
