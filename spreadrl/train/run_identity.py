@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from spreadrl.config import config_to_dict
+from spreadrl.config import section_dict
 from spreadrl.run_folder import Claim, RunIdentity, claim_run_folder, cut_back_jsonl, flatten
 from spreadrl.train.config import GRPOConfig, SFTConfig
 
@@ -27,8 +27,8 @@ LOGS = ("metrics.jsonl", "trajectories.jsonl")
 
 def training_identity(cfg: GRPOConfig | SFTConfig) -> RunIdentity:
     """The run ``cfg`` describes: its command, and every setting but the folder itself."""
-    resolved = config_to_dict(cfg)
-    settings = flatten(resolved)  # type: ignore[arg-type]
+    resolved = section_dict(cfg)
+    settings = flatten(resolved)
     settings.pop("output_dir", None)  # a run folder may be moved and still resume
     if isinstance(cfg, GRPOConfig):
         command, summary = "grpo", {"model": cfg.model.name_or_path, "tasks": cfg.data.train_tasks}
