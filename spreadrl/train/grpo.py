@@ -41,13 +41,14 @@ from spreadrl.train.optimizer import build_optimizer, build_scheduler, updates_p
 from spreadrl.train.reference import build_reference
 from spreadrl.train.rollout_backend import build_rollout_policy
 from spreadrl.train.rollout_sources import build_rollout_source
-from spreadrl.train.rollouts import Collector, StepSource, to_samples
+from spreadrl.train.rollouts import Collector, to_samples
 from spreadrl.train.sampler import prompt_order
 from spreadrl.train.scoring import Scorer, Scoring
 from spreadrl.train.setup import Checkpointed, Run
 from spreadrl.train.signals import StopSignals
 from spreadrl.train.step_checks import StepChecks
 from spreadrl.train.step_metrics import report_step, step_metrics
+from spreadrl.train.step_source import StepSource
 
 
 def train_grpo(
