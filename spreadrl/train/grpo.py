@@ -49,6 +49,7 @@ from spreadrl.train.signals import StopSignals
 from spreadrl.train.step_checks import StepChecks
 from spreadrl.train.step_metrics import report_step, step_metrics
 from spreadrl.train.step_source import StepSource
+from spreadrl.train.trained_model import build_policy
 
 
 def train_grpo(
@@ -74,7 +75,9 @@ def train_grpo(
     except ConfigError:
         run.close()  # every rank refuses alike: leave the process group together
         raise
-    model, tokenizer, start_model = run.build_policy(cfg.model, cfg.loss)
+    model, tokenizer, start_model = build_policy(
+        cfg.model, cfg.loss, run.precision, info.device, resume_from=run.resume_from
+    )
     reference = build_reference(start_model, cfg.loss, dtype=compute)
     offload = cfg.model.cpu_offload
     shard_model(model, info, compute_dtype=compute, cpu_offload=offload)

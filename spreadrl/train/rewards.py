@@ -71,9 +71,9 @@ def shape_reward(
     recipe passes rollout.max_response_tokens). ``response_length`` counts every
     token after the prompt, tool responses included.
     """
-    parts: dict[str, float] = {}
+    terms: dict[str, float] = {}
     if cfg.tool_call_reward:
-        parts["tcr"] = tool_call_reward(
+        terms["tcr"] = tool_call_reward(
             passed,
             num_tool_calls,
             correct=cfg.tcr_correct,
@@ -82,12 +82,12 @@ def shape_reward(
             cap=cfg.tcr_cap,
         )
     elif cfg.outcome:
-        parts["outcome"] = outcome_reward(passed)
+        terms["outcome"] = outcome_reward(passed)
     if cfg.overlong:
         limit = cfg.overlong_limit(max_length or 0)
         if not limit:
             raise ValueError("overlong shaping needs reward.overlong_max_length or max_length")
-        parts["overlong"] = overlong_penalty(
+        terms["overlong"] = overlong_penalty(
             response_length, limit, cfg.overlong_buffer, cfg.overlong_factor
         )
-    return sum(parts.values()), parts
+    return sum(terms.values()), terms

@@ -38,12 +38,12 @@ def score_groups(
     """Shaped rewards as a [num_groups, G] tensor, plus each trajectory's breakdown."""
     values, breakdowns = [], []
     for t in trajs:
-        value, parts = shape_reward(
+        value, terms = shape_reward(
             reward, t.passed, t.tool_calls, len(t.response_ids), max_length=max_response_tokens
         )
         t.reward = value
         values.append(value)
-        breakdowns.append(parts)
+        breakdowns.append(terms)
     return torch.tensor(values, dtype=torch.float32).view(-1, group_size), breakdowns
 
 
@@ -92,11 +92,13 @@ def collect_rollouts(
         batch = run_episodes(policy, pool, jobs, rollout, chat, run=run)
         for k, v in batch.timings.items():
             metrics[k] = metrics.get(k, 0.0) + v
-        rewards, parts = score_groups(batch.trajectories, G, reward, rollout.max_response_tokens)
+        rewards, batch_terms = score_groups(
+            batch.trajectories, G, reward, rollout.max_response_tokens
+        )
         trajs += batch.trajectories
         rewards_list.append(rewards)
         crashed_list.append(crashed_groups(batch.trajectories, G))
-        terms += parts
+        terms += batch_terms
         rounds += 1
         if (
             sampling.mode != "refill"

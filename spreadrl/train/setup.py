@@ -1,5 +1,5 @@
 """What the SFT and GRPO recipes set up alike: the run (folder, process group, seeds,
-precision, checkpoints) and the model (+LoRA)."""
+precision, checkpoints). The model they train is built by :mod:`spreadrl.train.trained_model`."""
 
 from __future__ import annotations
 
@@ -17,8 +17,6 @@ from transformers import PreTrainedTokenizerBase
 
 from spreadrl.config import config_to_dict, dump_config
 from spreadrl.errors import RunStopped, SpreadrlError
-from spreadrl.models.compat import enable_activation_checkpointing, peft_wrapping
-from spreadrl.models.init import load_model_and_tokenizer
 from spreadrl.train.checkpoint import (
     checkpoint_folder,
     checkpoint_step,
@@ -29,12 +27,9 @@ from spreadrl.train.checkpoint import (
 from spreadrl.train.config import (
     CheckpointConfig,
     GRPOConfig,
-    LossConfig,
-    ModelConfig,
     SFTConfig,
 )
-from spreadrl.train.distributed import DistInfo, cleanup, decoder_layers, init_distributed
-from spreadrl.train.levers import apply_model_levers
+from spreadrl.train.distributed import DistInfo, cleanup, init_distributed
 from spreadrl.train.precision import Precision, resolve_precision
 from spreadrl.train.run_identity import claim_training_folder, cut_back_logs
 from spreadrl.train.timeouts import collective_timeout_s
@@ -51,46 +46,6 @@ def resolve_device(name: str) -> str:
     if name.startswith("cuda") and not torch.cuda.is_available():
         raise SpreadrlError(f"device={name!r} but no CUDA GPU is visible; use device=cpu")
     return name
-
-
-def build_model(
-    model_cfg: ModelConfig, precision: Precision, device: str, *, path: str | None = None
-) -> tuple[nn.Module, PreTrainedTokenizerBase]:
-    """Load the policy (and tokenizer) from ``path`` or the config, add LoRA if configured.
-
-    ``precision``: the run's (:func:`spreadrl.train.precision.resolve_precision`):
-    trained weights load in float32 whatever ``model.dtype`` says (it names the
-    compute dtype); a LoRA base never trains and loads in the compute dtype, and
-    peft keeps adapters in float32.
-    """
-    lora = model_cfg.lora
-    model, tokenizer = load_model_and_tokenizer(
-        path or model_cfg.name_or_path, dtype=precision.load, device=device
-    )
-    if path is not None and (Path(path) / "adapter_config.json").exists():
-        pass  # a LoRA checkpoint was loaded with its adapter already
-    elif lora.enabled:
-        from peft import LoraConfig, get_peft_model
-
-        targets = list(lora.target_modules) or ["q_proj", "k_proj", "v_proj", "o_proj"]
-        with peft_wrapping():
-            model = get_peft_model(
-                model,
-                LoraConfig(
-                    r=lora.r,
-                    lora_alpha=lora.alpha,
-                    lora_dropout=lora.dropout,
-                    target_modules=targets,
-                    task_type="CAUSAL_LM",
-                ),
-            )
-    if model_cfg.gradient_checkpointing:
-        enable_activation_checkpointing(model)
-        if hasattr(model, "enable_input_require_grads"):
-            model.enable_input_require_grads()
-    # selective checkpointing, fused head, compile
-    apply_model_levers(model, decoder_layers(model), model_cfg)
-    return model, tokenizer
 
 
 @dataclass
@@ -147,29 +102,6 @@ class Run:
             resume_from=resume_from,
             metrics=build_metrics_log(cfg.logging, out, resolved, main=info.is_main),
         )
-
-    def build_model(self, model_cfg: ModelConfig) -> tuple[nn.Module, PreTrainedTokenizerBase]:
-        """The policy, from the newest checkpoint when resuming."""
-        path = str(self.resume_from) if self.resume_from else None
-        return build_model(model_cfg, self.precision, self.info.device, path=path)
-
-    def build_policy(
-        self, model_cfg: ModelConfig, loss: LossConfig
-    ) -> tuple[nn.Module, PreTrainedTokenizerBase, nn.Module]:
-        """The GRPO policy (from the newest checkpoint when resuming), its tokenizer, and
-        the model its KL reference is made from: the starting weights, also on resume.
-
-        A checkpoint holds the policy as trained, so when resuming a full
-        fine-tune with a KL term the starting model (``model.name_or_path``) is
-        loaded again; a resumed run would otherwise measure KL against its own last
-        weights. A LoRA policy is its own source: its base, adapters disabled,
-        never trains.
-        """
-        model, tokenizer = self.build_model(model_cfg)
-        if loss.kl_coef <= 0 or self.resume_from is None or hasattr(model, "disable_adapter"):
-            return model, tokenizer, model
-        start, _ = build_model(model_cfg, self.precision, self.info.device)
-        return model, tokenizer, start
 
     def save(self, step: int, parts: Checkpointed, extra: dict[str, object]) -> None:
         save_checkpoint(

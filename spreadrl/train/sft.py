@@ -36,6 +36,7 @@ from spreadrl.train.sampler import EpochShuffle, torch_permutation
 from spreadrl.train.setup import Checkpointed, Run
 from spreadrl.train.sft_data import load_sft_dataset
 from spreadrl.train.signals import StopSignals
+from spreadrl.train.trained_model import build_model
 
 
 def sft_loss_step(
@@ -158,7 +159,7 @@ def train_sft(
         shared_prefix = cfg.shared_prefix
     run = Run.start(cfg, console)
     info = run.info
-    model, tokenizer = run.build_model(cfg.model)
+    model, tokenizer = build_model(cfg.model, run.precision, info.device, path=run.resume_from)
     pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0
     # a row longer than the model's positions cannot be trained on: max_length never
     # exceeds the context (the README's rows were 5k tokens for a 4k model, issue 32)

@@ -288,14 +288,14 @@ def test_entropy_bonus_changes_the_gradient(tiny_model_dir, tmp_path):
 
 
 class _ModelSpy:
-    """Wraps setup.build_model: keeps the built policy and a copy of its first weights."""
+    """Wraps trained_model.build_model: keeps the built policy and a copy of its first weights."""
 
     def __init__(self, monkeypatch):
-        from spreadrl.train import setup
+        from spreadrl.train import sft, trained_model
 
         self.model = None
         self.initial: dict[str, torch.Tensor] = {}
-        real = setup.build_model
+        real = trained_model.build_model
 
         def spy(*args, **kwargs):
             model, tok = real(*args, **kwargs)
@@ -303,7 +303,8 @@ class _ModelSpy:
             self.initial = {n: p.detach().clone() for n, p in model.named_parameters()}
             return model, tok
 
-        monkeypatch.setattr(setup, "build_model", spy)
+        monkeypatch.setattr(trained_model, "build_model", spy)  # GRPO's build_policy calls it
+        monkeypatch.setattr(sft, "build_model", spy)
 
     def changed(self):
         now = dict(self.model.named_parameters())

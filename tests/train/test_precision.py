@@ -11,8 +11,8 @@ from spreadrl.train.config import ModelConfig, OptimConfig
 from spreadrl.train.logprobs import compute_context
 from spreadrl.train.optimizer import build_optimizer
 from spreadrl.train.precision import compute_dtype, resolve_precision
-from spreadrl.train.setup import build_model
 from spreadrl.train.sft import sft_loss_step
+from spreadrl.train.trained_model import build_model
 
 STEPS = 3
 LR = 1e-6

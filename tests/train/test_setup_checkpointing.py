@@ -18,7 +18,7 @@ def _checkpointing(model) -> bool:
 def test_checkpointing_is_on_and_warns_nothing(tiny_model_dir, lora):
     from spreadrl.train.config import LoraSettings, ModelConfig
     from spreadrl.train.precision import resolve_precision
-    from spreadrl.train.setup import build_model
+    from spreadrl.train.trained_model import build_model
 
     cfg = ModelConfig(
         name_or_path=str(tiny_model_dir),
