@@ -37,7 +37,6 @@ from pathlib import Path
 from typing import Any
 
 import torch
-from rich.console import Console
 from transformers import AutoConfig
 
 from spreadrl.bench.flops import peak_tflops, train_flops_per_token
@@ -206,7 +205,7 @@ def run_leg(shape: Shape, model: str, out: Path, extra: Sequence[str] = ()) -> d
         raise SpreadrlError(f"{out} holds an earlier GRPO run; a benchmark leg runs fresh")
     gpus = int(os.environ.get("WORLD_SIZE", "1"))
     plan = planned_peaks(cfg, shape, gpus)
-    train_grpo(cfg, console=Console(quiet=True))
+    train_grpo(cfg)  # its lines logged, not printed: the bench prints its own
     rows = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
     summary = summarize_rows(rows, shape, AutoConfig.from_pretrained(model))
     return {**summary, **plan, "overrides": list(extra), "rows": rows}

@@ -44,8 +44,6 @@ from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, TypedDict
 
-from rich.console import Console
-
 from spreadrl.config import load_config
 from spreadrl.errors import SpreadrlError
 from spreadrl.train.config import GRPOConfig
@@ -205,7 +203,7 @@ def spreadrl_steps(
 
     rollouts.collect_rollouts = counting
     try:
-        grpo.train_grpo(cfg, console=Console(quiet=True))
+        grpo.train_grpo(cfg)  # its lines logged, not printed: the bench prints its own
     finally:
         rollouts.collect_rollouts = collect
     rows = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
