@@ -248,7 +248,7 @@ def load_config(cls: type[T], path: str | Path | None = None, overrides: Sequenc
 def config_to_dict(obj: object) -> YAMLValue:
     """Plain dicts, lists and scalars (tuples become lists, paths strings), for YAML/JSON."""
     if dataclasses.is_dataclass(obj):
-        return {f.name: config_to_dict(getattr(obj, f.name)) for f in dataclasses.fields(obj)}
+        return section_dict(obj)
     if isinstance(obj, list | tuple):
         return [config_to_dict(v) for v in obj]
     if isinstance(obj, dict):
@@ -256,6 +256,13 @@ def config_to_dict(obj: object) -> YAMLValue:
     if isinstance(obj, Path):
         return str(obj)
     return obj
+
+
+def section_dict(section: object) -> dict[str, YAMLValue]:
+    """A settings dataclass as the mapping :func:`config_to_dict` gives for it."""
+    if not dataclasses.is_dataclass(section):
+        raise TypeError(f"not a settings section: {type(section).__name__}")
+    return {f.name: config_to_dict(getattr(section, f.name)) for f in dataclasses.fields(section)}
 
 
 def dump_config(obj: object) -> str:

@@ -205,35 +205,51 @@ def weight_source(model: torch.nn.Module, dtype: torch.dtype | None = None) -> W
     """A ``vllm.distributed.weight_transfer.WeightSource`` over the trainer's model:
     what :func:`export_weights` yields. vLLM 0.33 asks a source for ``metadata`` (a
     cached property) and ``iter_full()``; 0.32 for ``metadata()`` and iteration."""
-    from vllm.distributed.weight_transfer import ParamMeta, WeightSource
+    from vllm.distributed.weight_transfer import WeightSource
 
-    def meta(module: torch.nn.Module) -> list[ParamMeta]:
-        return [ParamMeta(name=n, dtype=d, shape=s) for n, d, s in export_metadata(module, dtype)]
+    if "iter_full" in vars(WeightSource):
+        return _source(model, dtype)
+    return _source_032(model, dtype)
 
-    if "iter_full" in vars(WeightSource):  # 0.33
 
-        class PolicySource(WeightSource):
-            def __init__(self, module: torch.nn.Module) -> None:
-                self.module = module
+def _metas(module: torch.nn.Module, dtype: torch.dtype | None) -> list[ParamMeta]:
+    from vllm.distributed.weight_transfer import ParamMeta
 
-            @functools.cached_property
-            def metadata(self) -> list[ParamMeta]:
-                return meta(self.module)
+    return [ParamMeta(name=n, dtype=d, shape=s) for n, d, s in export_metadata(module, dtype)]
 
-            def iter_full(self) -> Iterator[tuple[str, torch.Tensor]]:
-                return export_weights(self.module, dtype)
 
-    else:  # 0.32
+def _source(model: torch.nn.Module, dtype: torch.dtype | None) -> WeightSource:
+    """vLLM 0.33's source (each class is defined only where its vLLM is installed:
+    0.33 checks at subclassing that ``metadata`` is a cached property)."""
+    from vllm.distributed.weight_transfer import WeightSource
 
-        class PolicySource(WeightSource):  # type: ignore[no-redef]
-            def __init__(self, module: torch.nn.Module) -> None:
-                self.module = module
+    class PolicySource(WeightSource):
+        def __init__(self, module: torch.nn.Module) -> None:
+            self.module = module
 
-            def metadata(self) -> list[ParamMeta]:
-                return meta(self.module)
+        @functools.cached_property
+        def metadata(self) -> list[ParamMeta]:
+            return _metas(self.module, dtype)
 
-            def __iter__(self) -> Iterator[tuple[str, torch.Tensor]]:
-                return export_weights(self.module, dtype)
+        def iter_full(self) -> Iterator[tuple[str, torch.Tensor]]:
+            return export_weights(self.module, dtype)
+
+    return PolicySource(model)
+
+
+def _source_032(model: torch.nn.Module, dtype: torch.dtype | None) -> WeightSource:
+    """vLLM 0.32's source: ``metadata()`` a method, the tensors by iteration."""
+    from vllm.distributed.weight_transfer import WeightSource
+
+    class PolicySource(WeightSource):
+        def __init__(self, module: torch.nn.Module) -> None:
+            self.module = module
+
+        def metadata(self) -> list[ParamMeta]:
+            return _metas(self.module, dtype)
+
+        def __iter__(self) -> Iterator[tuple[str, torch.Tensor]]:
+            return export_weights(self.module, dtype)
 
     return PolicySource(model)
 
@@ -366,5 +382,5 @@ class ColocatedRollouts:
     def after_rollouts(self) -> None:
         """Give the GPU memory back to the trainer for the update (an engine without
         sleep mode, as on vLLM's CPU build, keeps it)."""
-        if getattr(self.policy, "can_sleep", True):
+        if self.policy.can_sleep:
             self.policy.sleep(level=self.sleep_level)

@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import Sequence
+from typing import Literal
 
 import torch
 from transformers import (
@@ -43,6 +44,7 @@ from transformers.cache_utils import Cache, DynamicLayer, StaticCache
 from spreadrl.rollout.cascade import cascade_attention, cascade_cache, is_cascade_cache
 from spreadrl.rollout.chat import chat_format
 from spreadrl.rollout.kv_cache import PreallocatedLayer, cache_name, output_cache
+from spreadrl.rollout.policy import Contexts, Seeds
 from spreadrl.rollout.sampling import SampledLogprobs
 from spreadrl.rollout.types import PolicyTurn, SamplingParams
 
@@ -50,8 +52,9 @@ from spreadrl.rollout.types import PolicyTurn, SamplingParams
 class HFPolicy:
     """Generate assistant turns with a transformers causal LM."""
 
-    token_level = True
-    seeds_per_context = True  # act() takes one sampling seed per context
+    token_level: Literal[True] = True
+    streaming = False  # one batched call per turn (the turn scheduler)
+    seeds_per_context = True  # act() draws each context from its own seed
 
     def __init__(
         self,
@@ -80,12 +83,15 @@ class HFPolicy:
     def device(self) -> torch.device:
         return next(self.model.parameters()).device
 
+    @property
+    def max_context_tokens(self) -> int:
+        """The model's context length (``config.max_position_embeddings``; 0 without one)."""
+        config = getattr(self.model, "config", None)  # a wrapped model may hide it
+        limit = getattr(config, "max_position_embeddings", None)
+        return limit if isinstance(limit, int) and limit > 0 else 0
+
     def act(
-        self,
-        contexts: Sequence[Sequence[int]],
-        params: SamplingParams,
-        *,
-        seeds: Sequence[int | None] | None = None,
+        self, contexts: Contexts, params: SamplingParams, *, seeds: Seeds | None = None
     ) -> list[PolicyTurn]:
         """One turn for each context (a full token history ending in the assistant header).
 
@@ -100,10 +106,7 @@ class HFPolicy:
         return turns
 
     def _generate(
-        self,
-        contexts: Sequence[Sequence[int]],
-        params: SamplingParams,
-        seeds: Sequence[int | None] | None = None,
+        self, contexts: Contexts, params: SamplingParams, seeds: Seeds | None = None
     ) -> list[PolicyTurn]:
         if not contexts:
             return []

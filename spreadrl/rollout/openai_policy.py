@@ -26,7 +26,7 @@ import json
 import os
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Literal
 
 from spreadrl.errors import SpreadrlError
 from spreadrl.rollout.chat import FALLBACK, HERMES_TOOL_RESPONSE, hermes_tool_call
@@ -39,7 +39,7 @@ if TYPE_CHECKING:
 class OpenAIPolicy:
     """Chat completions over HTTP, one request per active episode, sent concurrently."""
 
-    token_level = False
+    token_level: Literal[False] = False
 
     def __init__(
         self,

@@ -16,7 +16,6 @@ import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import Future
 from dataclasses import dataclass, replace
-from typing import cast
 
 from spreadrl.env.types import EpisodeResult
 from spreadrl.errors import ConfigError
@@ -36,8 +35,14 @@ from spreadrl.rollout.episode import (  # noqa: F401  (re-exported: the loop's p
     turn_budget,
     user_message,
 )
-from spreadrl.rollout.policy import MessagePolicy, Policy, TokenPolicy, is_token_level
-from spreadrl.rollout.streaming import StreamingPolicy, run_streaming
+from spreadrl.rollout.policy import (
+    Policy,
+    StreamingPolicy,
+    TokenPolicy,
+    is_streaming,
+    is_token_level,
+)
+from spreadrl.rollout.streaming import run_streaming
 from spreadrl.rollout.types import (  # noqa: F401  (RunValues re-exported)
     PolicyTurn,
     RunValues,
@@ -75,12 +80,11 @@ def run_episodes(
     built once by whoever starts the episodes) is needed by token-level
     policies and unused by message-level ones."""
     run = run or RunValues()
-    token_level = is_token_level(policy)
-    if token_level and chat is None:
-        raise ValueError("a token-level policy needs the tokenizer's EpisodeChat")
-    if not token_level:
+    if not is_token_level(policy):
         chat = None  # a message-level policy's text is parsed in the fallback format
-    if token_level and not run.max_context_tokens:
+    elif chat is None:
+        raise ValueError("a token-level policy needs the tokenizer's EpisodeChat")
+    elif not run.max_context_tokens:
         run = replace(run, max_context_tokens=context_limit(policy))
     ids = [job.episode_id for job in jobs]
     if len(set(ids)) != len(ids):
@@ -98,14 +102,14 @@ def run_episodes(
     for s in states:
         if s.done:
             finishing.append((s, finish_episode(pool, s, run)))
-    if active and _use_episode_scheduler(policy, cfg, token_level):
+    engine = _episode_scheduled(policy, cfg) if active else None
+    if engine is not None:
         assert chat is not None  # the episode scheduler runs token-level policies only
-        streaming = cast(StreamingPolicy, policy)
-        run_streaming(streaming, pool, active, cfg, run, chat, timings, finishing)
+        run_streaming(engine, pool, active, cfg, run, chat, timings, finishing)
         active = []
     while active:
         t0 = time.perf_counter()
-        turns = _generate(policy, active, cfg, run, token_level)
+        turns = _generate(policy, active, cfg, run)
         timings["generate_s"] += time.perf_counter() - t0
 
         t0 = time.perf_counter()
@@ -135,32 +139,26 @@ def run_episodes(
     return RolloutBatch([s.traj for s in states], timings)
 
 
-def context_limit(policy: Policy) -> int:
-    """The policy's context length in tokens (0 = unknown, no limit).
+def context_limit(policy: TokenPolicy) -> int:
+    """The policy's declared context length in tokens (0 = not declared, no limit).
 
-    A policy may say it (``max_context_tokens``); a transformers model says it
-    in ``config.max_position_embeddings``. Budgets are clipped to it so no turn
-    generates past the positions the model has."""
-    limit = getattr(policy, "max_context_tokens", None)
-    if isinstance(limit, int) and limit > 0:
-        return limit
-    config = getattr(getattr(policy, "model", None), "config", None)
-    limit = getattr(config, "max_position_embeddings", None)
-    return limit if isinstance(limit, int) and limit > 0 else 0
+    Budgets are clipped to it so no turn generates past the positions the model has."""
+    return max(policy.max_context_tokens, 0)
 
 
-def _use_episode_scheduler(policy: Policy, cfg: RolloutConfig, token_level: bool) -> bool:
+def _episode_scheduled(policy: Policy, cfg: RolloutConfig) -> StreamingPolicy | None:
+    """The policy when the episode scheduler drives it (``cfg.scheduler`` "episode", or
+    "auto" and it streams); None: the turn scheduler."""
     if cfg.scheduler == "turn":
-        return False
-    streaming = token_level and all(
-        callable(getattr(policy, name, None)) for name in ("submit", "poll")
-    )
-    if cfg.scheduler == "episode" and not streaming:
+        return None
+    if is_streaming(policy):
+        return policy
+    if cfg.scheduler == "episode":
         raise ConfigError(
             "scheduler 'episode' needs a token-level policy with submit/poll "
             f"(the vllm backend); {type(policy).__name__} generates turn by turn"
         )
-    return streaming
+    return None
 
 
 def _generate(
@@ -168,27 +166,24 @@ def _generate(
     active: list[EpisodeState],
     cfg: RolloutConfig,
     run: RunValues,
-    token_level: bool,
 ) -> list[PolicyTurn]:
     for state in active:  # an episode's wall clock starts with its first scheduled turn
         state.start_clock()
-    if not token_level:
+    if policy.token_level is False:
         params = sampling_params(cfg, seed=run.seed)
-        return cast(MessagePolicy, policy).act_messages(active, params)
-    policy = cast(TokenPolicy, policy)
+        return policy.act_messages(active, params)
     budget = max(turn_budget(s, cfg, run) for s in active)  # one call, one budget
     if run.max_context_tokens:  # the batch is as long as its longest context
         longest = max(len(s.context_ids) for s in active)
         budget = max(1, min(budget, run.max_context_tokens - longest))
     contexts = [s.context_ids for s in active]
     params = sampling_params(cfg, seed=run.seed, max_new_tokens=budget)
-    if getattr(policy, "seeds_per_context", False):
+    seeds = None
+    if policy.seeds_per_context:
         # keyed like the episode scheduler's requests: an episode's samples do not
         # depend on which episodes share the batch (or the rank, under torchrun)
         keys = [f"{s.job.episode_id}#{s.turns_taken}" for s in active]
         seeds = [derive_seed(params.seed, k) for k in keys]
-        turns = policy.act(contexts, params, seeds=seeds)  # type: ignore[call-arg]
-    else:
-        turns = policy.act(contexts, params)
+    turns = policy.act(contexts, params, seeds=seeds)
     rooms = [episode_room(s, cfg, run) for s in active]
     return [clip_turn(turn, room) for turn, room in zip(turns, rooms, strict=True)]

@@ -8,7 +8,7 @@ a model (Hermes ``<tool_call>`` tags), so they exercise the real parser.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Literal
 
 from spreadrl.rollout.chat import render_tool_call
 from spreadrl.rollout.types import PolicyTurn, SamplingParams
@@ -27,7 +27,7 @@ def format_tool_call(name: str, arguments: dict, call_format: str = "hermes") ->
 class OraclePolicy:
     """Replays the reference solution of each episode's task case."""
 
-    token_level = False
+    token_level: Literal[False] = False
 
     def act_messages(
         self, states: Sequence[EpisodeState], params: SamplingParams
@@ -51,7 +51,7 @@ class OraclePolicy:
 class NoopPolicy:
     """Answers immediately without touching the workbook (a floor baseline)."""
 
-    token_level = False
+    token_level: Literal[False] = False
 
     def act_messages(
         self, states: Sequence[EpisodeState], params: SamplingParams

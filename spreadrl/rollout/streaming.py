@@ -8,23 +8,25 @@ tools (a recalculation, a sandboxed script), so here each episode moves on
 its own: as soon as its tools return, its next turn is queued in the engine,
 which keeps decoding whatever is running. The policy only has to accept
 requests one at a time and hand back finished ones (``submit``/``poll``,
-which is how vLLM's engine works with continuous batching).
+which is how vLLM's engine works with continuous batching: the
+:class:`~spreadrl.rollout.policy.StreamingPolicy` protocol).
 
 Trajectories are the same as under the turn scheduler for a policy whose
 output depends only on the context; what changes is the interleaving.
 
 An episode's wall clock starts when the engine first serves its first turn (an
-engine that reports it: ``take_started``), else when that turn is submitted; a
+engine that reports it: ``take_started`` gives a list), else when that turn is submitted; a
 hundred episodes submitted at once to an engine whose KV cache holds a few are
 not timed while they wait. Nothing waits forever, and nothing spins: a request
 still unfinished when its episode's wall time (``episode_wall_time_s``) runs out is aborted in the engine
-(``abort``, when the policy has one) and its episode ends as ``wall_time``; a
+(``abort``) and its episode ends as ``wall_time``; a
 turn the engine itself aborted ends its episode as ``aborted``; a request the
 engine no longer holds (``has_unfinished()`` is False while the scheduler still
 awaits it) ends its episode as ``lost_request`` at once, not at the wall clock.
 Each reason is written in ``traj.error``, and none is mistaken for a turn cut by
 its token budget. An engine's ``poll`` blocks on its own step while it has work
-(vLLM's ``step()``); for a policy that cannot say whether it holds work, a poll
+(vLLM's ``step()``); for a policy that cannot say whether it holds work
+(``has_unfinished()`` gives None), a poll
 that brings nothing is followed by a short wait (on the running tools, when
 there are any) that grows while nothing happens, so the loop never spins.
 
@@ -36,9 +38,7 @@ from __future__ import annotations
 
 import time
 import uuid
-from collections.abc import Sequence
 from concurrent.futures import FIRST_COMPLETED, Future, wait
-from typing import Protocol
 
 from spreadrl.env.types import EndReason, EpisodeResult, StepResult
 from spreadrl.rollout.chat import EpisodeChat
@@ -53,36 +53,10 @@ from spreadrl.rollout.episode import (
     take_turn,
     turn_budget,
 )
-from spreadrl.rollout.types import (
-    PolicyTurn,
-    RunValues,
-    SamplingParams,
-    derive_seed,
-    sampling_params,
-)
+from spreadrl.rollout.policy import StreamingPolicy
+from spreadrl.rollout.types import RunValues, derive_seed, sampling_params
 
 IDLE_WAIT_S = (0.001, 0.05)  # first and longest wait after a poll that brought nothing
-
-
-class StreamingPolicy(Protocol):
-    """A token-level policy that takes requests one by one and returns them when done.
-
-    It may also have ``has_unfinished() -> bool`` (whether the engine still holds any
-    submitted request), ``abort(request_ids)`` and ``take_started() -> list[str]`` (the
-    requests the engine began to serve since the last call: an episode's wall clock
-    starts there rather than at submission, so time spent queued behind a full KV cache
-    is not charged to it); the scheduler uses them when present.
-    """
-
-    token_level: bool
-
-    def submit(self, request_id: str, context: Sequence[int], params: SamplingParams) -> None: ...
-
-    def poll(self) -> list[tuple[str, PolicyTurn]]:
-        """Advance generation a little; return the turns that finished meanwhile.
-
-        A turn whose ``finish_reason`` is "abort" never finished (the engine dropped it)."""
-        ...
 
 
 def run_streaming(
@@ -98,11 +72,10 @@ def run_streaming(
     """Run ``active`` episodes to their end; finished ones are appended to ``finishing``."""
     batch = uuid.uuid4().hex[:8]  # engines keep request ids unique across calls too
     generating: dict[str, tuple[EpisodeState, int]] = {}
-    abort = getattr(policy, "abort", None)
-    has_unfinished = getattr(policy, "has_unfinished", None)
     # an engine that says when it schedules a request starts the episode's clock there;
-    # for any other policy the clock starts when the first turn is submitted
-    take_started = getattr(policy, "take_started", None)
+    # for any other policy the clock starts when the first turn is submitted. Asking
+    # once here also drops names left from an earlier batch (none is this batch's).
+    engine_starts_clocks = policy.take_started() is not None
     in_tools: list[tuple[EpisodeState, list[Future[StepResult] | str]]] = []
     idle = _IdleWait()
 
@@ -111,7 +84,7 @@ def run_streaming(
         seed = derive_seed(run.seed, key)
         params = sampling_params(cfg, seed=seed, max_new_tokens=turn_budget(state, cfg, run))
         request_id = f"{key}@{batch}"
-        if take_started is None:
+        if not engine_starts_clocks:
             state.start_clock()
         policy.submit(request_id, state.context_ids, params)
         generating[request_id] = (state, episode_room(state, cfg, run))
@@ -130,7 +103,7 @@ def run_streaming(
             t0 = time.perf_counter()
             finished = policy.poll()
             timings["generate_s"] += time.perf_counter() - t0
-            for request_id in take_started() if take_started is not None else ():
+            for request_id in policy.take_started() or ():
                 if request_id in generating:
                     generating[request_id][0].start_clock()
             for request_id, turn in finished:
@@ -147,7 +120,7 @@ def run_streaming(
                     end(state)
                 else:
                     in_tools.append((state, items))
-            holds = has_unfinished() if callable(has_unfinished) and generating else None
+            holds = policy.has_unfinished() if generating else None
             if not finished and holds is False:  # awaited, yet the engine has none of them
                 for request_id in list(generating):
                     state, _ = generating.pop(request_id)
@@ -160,8 +133,7 @@ def run_streaming(
                 progressed = True
         late = _past_deadline(generating, cfg)
         if late:
-            if abort is not None:
-                abort(late)
+            policy.abort(late)
             for request_id in late:
                 state, _ = generating.pop(request_id)
                 error = (

@@ -25,6 +25,7 @@ import torch
 
 from spreadrl.errors import MissingDependencyError, SpreadrlError
 from spreadrl.rollout.allocator import engine_allocator_env
+from spreadrl.rollout.policy import Contexts, Seeds
 from spreadrl.rollout.types import PolicyTurn, SamplingParams, derive_seed
 
 if TYPE_CHECKING:  # vLLM is the gpu extra: imported when an engine is built, never here
@@ -270,9 +271,17 @@ class VLLMPolicy:
     compilation; on vLLM's CPU build both are set and sleep mode is off
     (:func:`engine_kwargs`). ``llm``: an engine already built (the arguments
     then only say whether it sleeps); ``stop_token_ids``: the chat format's.
+
+    It declares no context length (``max_context_tokens`` 0): the loop adds no limit
+    of its own, the engine bounds requests by its ``max_model_len``, which its
+    callers size from their budgets. ``seeds_per_context`` is False: ``act`` seeds
+    each request from ``params.seed`` and its index unless it is given ``seeds``.
     """
 
-    token_level = True
+    token_level: Literal[True] = True
+    streaming: Literal[True] = True  # submit/poll: the episode scheduler drives it
+    seeds_per_context = False
+    max_context_tokens = 0
 
     def __init__(
         self,
@@ -323,13 +332,18 @@ class VLLMPolicy:
         self._streams: dict[str, _Stream] = {}  # submitted requests, their tokens so far
         self._started: list[str] = []
 
-    def act(self, contexts: Sequence[Sequence[int]], params: SamplingParams) -> list[PolicyTurn]:
-        """One turn for each context, all generated together (the turn scheduler)."""
+    def act(
+        self, contexts: Contexts, params: SamplingParams, *, seeds: Seeds | None = None
+    ) -> list[PolicyTurn]:
+        """One turn for each context, all generated together (the turn scheduler).
+
+        Request i samples with ``seeds[i]`` when given, else with a seed derived from
+        ``params.seed`` and i (a shared one would make a group's rollouts identical)."""
         self._ensure_awake()
         prompts = [{"prompt_token_ids": list(c)} for c in contexts]
-        sampling = [
-            self._sampling(params, derive_seed(params.seed, str(i))) for i in range(len(prompts))
-        ]
+        if seeds is None:
+            seeds = [derive_seed(params.seed, str(i)) for i in range(len(prompts))]
+        sampling = [self._sampling(params, seed) for seed in seeds]
         outputs = self.llm.generate(prompts, sampling_params=sampling, use_tqdm=False)
         return [_turn(output) for output in outputs]
 

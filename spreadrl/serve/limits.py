@@ -17,15 +17,15 @@ import contextlib
 import json
 import threading
 import time
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
-from typing import Any, TypeVar, TypeVarTuple
+from typing import Any, Literal, TypeVar, TypeVarTuple
 
 from starlette.exceptions import HTTPException
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from spreadrl.rollout.policy import TokenPolicy
+from spreadrl.rollout.policy import Contexts, Seeds, TokenPolicy
 from spreadrl.rollout.types import PolicyTurn, SamplingParams
 
 T = TypeVar("T")
@@ -158,16 +158,31 @@ def _consume(future: asyncio.Future[T]) -> None:
 
 
 class LockedPolicy:
-    """A policy whose ``act`` runs one call at a time: one model, many request threads."""
+    """A policy whose ``act`` runs one call at a time: one model, many request threads.
+
+    It generates turn by turn (``act`` under the lock), so it does not stream, even
+    around an engine that could; the rest of what the loop reads is the policy's."""
+
+    token_level: Literal[True] = True
+    streaming = False
 
     def __init__(self, policy: TokenPolicy, lock: threading.Lock) -> None:
         self._policy = policy
         self._lock = lock
-        self.token_level = bool(getattr(policy, "token_level", False))
 
-    def act(self, contexts: Sequence[Sequence[int]], params: SamplingParams) -> list[PolicyTurn]:
+    @property
+    def seeds_per_context(self) -> bool:
+        return self._policy.seeds_per_context
+
+    @property
+    def max_context_tokens(self) -> int:
+        return self._policy.max_context_tokens
+
+    def act(
+        self, contexts: Contexts, params: SamplingParams, *, seeds: Seeds | None = None
+    ) -> list[PolicyTurn]:
         with self._lock:
-            return self._policy.act(contexts, params)
+            return self._policy.act(contexts, params, seeds=seeds)
 
     def close(self) -> None:
         """Stop the policy's engine processes, if it has any (:func:`close_policy`)."""

@@ -37,13 +37,20 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Generic, TypeVar
+from typing import Generic, Literal, TypeVar
 
 import torch
 
 from spreadrl.rollout.colocate import FilesSync
-from spreadrl.rollout.policy import Policy
+from spreadrl.rollout.policy import (
+    Contexts,
+    Seeds,
+    StreamingPolicy,
+    TokenPolicy,
+    is_streaming,
+)
 from spreadrl.rollout.types import PolicyTurn, SamplingParams, Trajectory
+from spreadrl.rollout.vllm_policy import VLLMPolicy
 from spreadrl.train.batching import Sample
 
 T = TypeVar("T")
@@ -61,11 +68,16 @@ class VersionedPolicy:
     ``apply(payload)`` loads one published payload into the policy's own weights
     (a state dict for hf, a folder for vLLM's reload); it runs in the producer's
     thread, between generation calls, so no forward ever sees half-loaded weights.
-    Every other attribute is the wrapped policy's (``token_level``,
-    ``seeds_per_context``, ``model``, ``max_context_tokens``...).
+    What the loop reads of a policy (:class:`~spreadrl.rollout.policy.TokenPolicy`)
+    is the wrapped policy's.
     """
 
-    def __init__(self, inner: Policy, apply: Callable[[object], None], version: int = 0) -> None:
+    token_level: Literal[True] = True
+    streaming = False
+
+    def __init__(
+        self, inner: TokenPolicy, apply: Callable[[object], None], version: int = 0
+    ) -> None:
         self.inner = inner
         self.apply = apply
         self.version = version
@@ -76,8 +88,13 @@ class VersionedPolicy:
         # frees a payload that is never applied (replaced by a newer one, or left at stop)
         self.discard: Callable[[object], None] | None = None
 
-    def __getattr__(self, name: str) -> object:
-        return getattr(self.inner, name)
+    @property
+    def seeds_per_context(self) -> bool:
+        return self.inner.seeds_per_context
+
+    @property
+    def max_context_tokens(self) -> int:
+        return self.inner.max_context_tokens
 
     def publish(self, version: int, payload: object) -> None:
         """Hand over the weights of ``version`` (trainer's thread); applied before the next
@@ -112,17 +129,11 @@ class VersionedPolicy:
         return self.version
 
     def act(
-        self,
-        contexts: Sequence[Sequence[int]],
-        params: SamplingParams,
-        *,
-        seeds: Sequence[int | None] | None = None,
+        self, contexts: Contexts, params: SamplingParams, *, seeds: Seeds | None = None
     ) -> list[PolicyTurn]:
+        """The wrapped policy's turns, after the newest weights, stamped with their version."""
         version = self.refresh()
-        if seeds is None:
-            turns = self.inner.act(contexts, params)  # type: ignore[union-attr]
-        else:
-            turns = self.inner.act(contexts, params, seeds=seeds)  # type: ignore[union-attr,call-arg]
+        turns = self.inner.act(contexts, params, seeds=seeds)
         for turn in turns:
             turn.version = version
         return turns
@@ -138,8 +149,13 @@ class VersionedStreamingPolicy(VersionedPolicy):
     behaviour log-probs are the engine's own per token, so the correction is exact
     whatever the stamp)."""
 
-    def __init__(self, inner: Policy, apply: Callable[[object], None], version: int = 0) -> None:
+    streaming: Literal[True] = True
+
+    def __init__(
+        self, inner: StreamingPolicy, apply: Callable[[object], None], version: int = 0
+    ) -> None:
         super().__init__(inner, apply, version)
+        self.engine = inner
         self._submitted: dict[str, int] = {}
 
     def refresh(self) -> int:
@@ -152,11 +168,11 @@ class VersionedStreamingPolicy(VersionedPolicy):
 
     def submit(self, request_id: str, context: Sequence[int], params: SamplingParams) -> None:
         self._submitted[request_id] = self.refresh()
-        self.inner.submit(request_id, context, params)  # type: ignore[union-attr]
+        self.engine.submit(request_id, context, params)
 
     def poll(self) -> list[tuple[str, PolicyTurn]]:
         self.refresh()
-        finished = self.inner.poll()  # type: ignore[union-attr]
+        finished = self.engine.poll()
         for request_id, turn in finished:
             turn.version = self._submitted.pop(request_id, self.version)
         return finished
@@ -164,20 +180,25 @@ class VersionedStreamingPolicy(VersionedPolicy):
     def abort(self, request_ids: Sequence[str]) -> None:
         for request_id in request_ids:
             self._submitted.pop(request_id, None)
-        abort = getattr(self.inner, "abort", None)
-        if abort is not None and request_ids:
-            abort(list(request_ids))
+        if request_ids:
+            self.engine.abort(list(request_ids))
 
     def has_unfinished(self) -> bool:
-        has = getattr(self.inner, "has_unfinished", None)
-        return bool(has()) if callable(has) else bool(self._submitted)
+        """The engine's answer; for one that cannot say, whether any request is awaited."""
+        held = self.engine.has_unfinished()
+        return bool(self._submitted) if held is None else held
+
+    def take_started(self) -> list[str] | None:
+        return self.engine.take_started()
 
 
-def versioned(inner: Policy, apply: Callable[[object], None], version: int = 0) -> VersionedPolicy:
-    """The versioned wrapper that fits ``inner``: streaming when it has submit/poll."""
-    streaming = all(callable(getattr(inner, n, None)) for n in ("submit", "poll"))
-    cls = VersionedStreamingPolicy if streaming else VersionedPolicy
-    return cls(inner, apply, version)
+def versioned(
+    inner: TokenPolicy, apply: Callable[[object], None], version: int = 0
+) -> VersionedPolicy:
+    """The versioned wrapper that fits ``inner``: streaming when it streams."""
+    if is_streaming(inner):
+        return VersionedStreamingPolicy(inner, apply, version)
+    return VersionedPolicy(inner, apply, version)
 
 
 def finish_versions(traj: Trajectory) -> None:
@@ -256,8 +277,10 @@ def weight_loader(copy: torch.nn.Module) -> Callable[[object], None]:
     """``apply`` for the hf producer: loads a :func:`snapshot_weights` into its own copy."""
 
     def apply(payload: object) -> None:
+        if not isinstance(payload, dict):
+            raise TypeError(f"the hf producer loads a state dict, got {type(payload).__name__}")
         with torch.no_grad():
-            copy.load_state_dict(payload)  # type: ignore[arg-type]
+            copy.load_state_dict(payload)
 
     return apply
 
@@ -267,7 +290,7 @@ class FilesReload:
     thread, at a step boundary), the producer reloads it between engine steps
     (:meth:`__call__`, its thread) and removes it."""
 
-    def __init__(self, policy: object, files: FilesSync) -> None:
+    def __init__(self, policy: VLLMPolicy, files: FilesSync) -> None:
         self.policy = policy
         self.files = files
 
@@ -278,9 +301,7 @@ class FilesReload:
 
     def __call__(self, payload: object) -> None:
         try:
-            self.policy.llm.collective_rpc(  # type: ignore[attr-defined]
-                "reload_weights", kwargs={"weights_path": str(payload)}
-            )
+            self.policy.llm.collective_rpc("reload_weights", kwargs={"weights_path": str(payload)})
         finally:
             self.discard(payload)
 

@@ -27,6 +27,7 @@ from spreadrl.rollout.config import RolloutConfig
 from spreadrl.rollout.hf_policy import HFPolicy
 from spreadrl.rollout.policy import Policy
 from spreadrl.rollout.types import Trajectory
+from spreadrl.rollout.vllm_policy import VLLMPolicy
 from spreadrl.train.async_rollouts import (
     AsyncRollouts,
     FilesReload,
@@ -71,7 +72,7 @@ class AsyncSteps:
         rollout: RolloutConfig,
         model: torch.nn.Module,
         tokenizer: PreTrainedTokenizerBase,
-        engine: Policy | None,
+        engine: VLLMPolicy | None,
         collect: Callable[[Policy, int], StepRollouts],
         sampler_state: Callable[[], dict[str, object]],
         held_out: HeldOut,

@@ -43,66 +43,80 @@ def _matmul_dtype(saved: torch.dtype | None, tensor: torch.Tensor) -> torch.dtyp
 
 
 class FusedHeadLogprob(torch.autograd.Function):
-    """``[n]`` (or ``[n, 2]`` with entropy) log-probs of ``targets`` under ``hidden @ weight.T``."""
+    """``[n]`` (or ``[n, 2]`` with entropy) log-probs of ``targets`` under ``hidden @ weight.T``.
+
+    ``forward`` and ``backward`` keep the signatures of ``torch.autograd.Function``'s
+    (``apply``'s arguments arrive as ``*args``) and hand them to typed functions."""
 
     @staticmethod
-    def forward(  # type: ignore[override]
-        ctx: Any,
-        hidden: torch.Tensor,
-        weight: torch.Tensor,
-        targets: torch.Tensor,
-        temperature: float,
-        top_k: int,
-        top_p: float,
-        with_entropy: bool,
-        chunk: int,
-    ) -> torch.Tensor:
-        device = hidden.device.type
-        dtype = torch.get_autocast_dtype(device) if torch.is_autocast_enabled(device) else None
-        ctx.save_for_backward(hidden, weight, targets)
-        ctx.args = (temperature, top_k, top_p, with_entropy, chunk, dtype)
-        out = []
-        for start in range(0, hidden.shape[0], chunk):
-            h, t = hidden[start : start + chunk], targets[start : start + chunk]
-            cd = _matmul_dtype(dtype, h)
-            scores = _scores(h.to(cd) @ weight.to(cd).t(), temperature, top_k, top_p, t)
-            logz = torch.logsumexp(scores, dim=-1)
-            logp = scores.gather(-1, t.unsqueeze(-1)).squeeze(-1) - logz
-            if with_entropy:
-                probs = torch.softmax(scores, dim=-1)
-                finite = scores.masked_fill(~torch.isfinite(scores), 0.0)
-                logp = torch.stack((logp, logz - (probs * finite).sum(-1)), dim=-1)
-            out.append(logp)
-        if not out:
-            return hidden.new_zeros((0, 2) if with_entropy else (0,), dtype=torch.float32)
-        return torch.cat(out)
+    def forward(ctx: Any, *args: Any, **kwargs: Any) -> torch.Tensor:
+        return _forward(ctx, *args, **kwargs)
 
     @staticmethod
-    def backward(ctx: Any, grad_out: torch.Tensor) -> tuple[torch.Tensor | None, ...]:  # type: ignore[override]
-        hidden, weight, targets = ctx.saved_tensors
-        temperature, top_k, top_p, with_entropy, chunk, dtype = ctx.args
-        grad_h = torch.empty_like(hidden)
-        grad_w = torch.zeros_like(weight, dtype=torch.float32)
-        for start in range(0, hidden.shape[0], chunk):
-            h, t = hidden[start : start + chunk], targets[start : start + chunk]
-            g = grad_out[start : start + chunk].float()
-            cd = _matmul_dtype(dtype, h)
-            hc, wc = h.to(cd), weight.to(cd)
-            scores = _scores(hc @ wc.t(), temperature, top_k, top_p, t)
-            logp_all = torch.log_softmax(scores, dim=-1)
-            probs = logp_all.exp()  # 0 outside the kept set
-            g_logp = g[:, 0] if with_entropy else g
-            d = probs * -g_logp.unsqueeze(-1)
-            d.scatter_add_(-1, t.unsqueeze(-1), g_logp.unsqueeze(-1))
-            if with_entropy:
-                entropy = -(probs * logp_all.masked_fill(probs == 0, 0.0)).sum(-1, keepdim=True)
-                d -= g[:, 1:2] * probs * (logp_all.masked_fill(probs == 0, 0.0) + entropy)
-            if temperature != 1.0:
-                d = d / temperature
-            d = d.to(cd)
-            grad_h[start : start + chunk] = (d @ wc).to(hidden.dtype)
-            grad_w += (d.t() @ hc).float()
-        return grad_h, grad_w.to(weight.dtype), None, None, None, None, None, None
+    def backward(ctx: Any, *grad_outputs: Any) -> tuple[torch.Tensor | None, ...]:
+        (grad_out,) = grad_outputs
+        return _backward(ctx, grad_out)
+
+
+def _forward(
+    ctx: Any,
+    hidden: torch.Tensor,
+    weight: torch.Tensor,
+    targets: torch.Tensor,
+    temperature: float,
+    top_k: int,
+    top_p: float,
+    with_entropy: bool,
+    chunk: int,
+) -> torch.Tensor:
+    """:meth:`FusedHeadLogprob.forward`: the log-probs, chunk by chunk."""
+    device = hidden.device.type
+    dtype = torch.get_autocast_dtype(device) if torch.is_autocast_enabled(device) else None
+    ctx.save_for_backward(hidden, weight, targets)
+    ctx.args = (temperature, top_k, top_p, with_entropy, chunk, dtype)
+    out = []
+    for start in range(0, hidden.shape[0], chunk):
+        h, t = hidden[start : start + chunk], targets[start : start + chunk]
+        cd = _matmul_dtype(dtype, h)
+        scores = _scores(h.to(cd) @ weight.to(cd).t(), temperature, top_k, top_p, t)
+        logz = torch.logsumexp(scores, dim=-1)
+        logp = scores.gather(-1, t.unsqueeze(-1)).squeeze(-1) - logz
+        if with_entropy:
+            probs = torch.softmax(scores, dim=-1)
+            finite = scores.masked_fill(~torch.isfinite(scores), 0.0)
+            logp = torch.stack((logp, logz - (probs * finite).sum(-1)), dim=-1)
+        out.append(logp)
+    if not out:
+        return hidden.new_zeros((0, 2) if with_entropy else (0,), dtype=torch.float32)
+    return torch.cat(out)
+
+
+def _backward(ctx: Any, grad_out: torch.Tensor) -> tuple[torch.Tensor | None, ...]:
+    """:meth:`FusedHeadLogprob.backward`: the hand-written gradients (module docstring)."""
+    hidden, weight, targets = ctx.saved_tensors
+    temperature, top_k, top_p, with_entropy, chunk, dtype = ctx.args
+    grad_h = torch.empty_like(hidden)
+    grad_w = torch.zeros_like(weight, dtype=torch.float32)
+    for start in range(0, hidden.shape[0], chunk):
+        h, t = hidden[start : start + chunk], targets[start : start + chunk]
+        g = grad_out[start : start + chunk].float()
+        cd = _matmul_dtype(dtype, h)
+        hc, wc = h.to(cd), weight.to(cd)
+        scores = _scores(hc @ wc.t(), temperature, top_k, top_p, t)
+        logp_all = torch.log_softmax(scores, dim=-1)
+        probs = logp_all.exp()  # 0 outside the kept set
+        g_logp = g[:, 0] if with_entropy else g
+        d = probs * -g_logp.unsqueeze(-1)
+        d.scatter_add_(-1, t.unsqueeze(-1), g_logp.unsqueeze(-1))
+        if with_entropy:
+            entropy = -(probs * logp_all.masked_fill(probs == 0, 0.0)).sum(-1, keepdim=True)
+            d -= g[:, 1:2] * probs * (logp_all.masked_fill(probs == 0, 0.0) + entropy)
+        if temperature != 1.0:
+            d = d / temperature
+        d = d.to(cd)
+        grad_h[start : start + chunk] = (d @ wc).to(hidden.dtype)
+        grad_w += (d.t() @ hc).float()
+    return grad_h, grad_w.to(weight.dtype), None, None, None, None, None, None
 
 
 def fused_logprobs(

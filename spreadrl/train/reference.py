@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import copy
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, contextmanager
 from dataclasses import dataclass
 
 import torch
@@ -38,7 +38,7 @@ class Reference:
         """The module to compute reference log-probs with (parameters gathered)."""
         with gathered_params(self.model):
             if self.adapter_disabled:
-                with self.model.disable_adapter():  # type: ignore[operator]
+                with _adapters_off(self.model):
                     yield self.model
             else:
                 yield self.model
@@ -52,6 +52,15 @@ class Reference:
         collective."""
         with self.active() as module:
             return compute_logprobs(module, samples, optim, scoring, pad_id=pad_id)
+
+
+def _adapters_off(model: torch.nn.Module) -> AbstractContextManager[object]:
+    """peft's ``disable_adapter()``: the model computes its base weights' function."""
+    from peft import PeftModel  # peft is imported by the LoRA setup that built ``model``
+
+    if not isinstance(model, PeftModel):
+        raise TypeError(f"a reference with adapters disabled needs a peft model, not {model!r}")
+    return model.disable_adapter()
 
 
 def build_reference(

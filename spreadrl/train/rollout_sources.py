@@ -68,7 +68,7 @@ def build_rollout_source(
             device=device,
             compute=compute,
         )
-    engine = policy if colocated is not None else None
+    engine = colocated.policy if colocated is not None else None  # the same vLLM policy
     batch = rollout.group_size * rollout.prompts_per_step
     eval_policy = policy if engine is None else HFPolicy(model, tokenizer, max_batch_size=batch)
     return AsyncSteps.start(

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from spreadrl.config import config_to_dict
+from spreadrl.config import section_dict
 from spreadrl.run_folder import Claim, RunIdentity, claim_run_folder, cut_back_jsonl, flatten
 from spreadrl.train.config import GRPOConfig, SFTConfig
 
@@ -27,7 +27,7 @@ LOGS = ("metrics.jsonl", "trajectories.jsonl")
 
 def training_identity(cfg: GRPOConfig | SFTConfig) -> RunIdentity:
     """The run ``cfg`` describes: its command, and every setting but the folder itself."""
-    settings = flatten(config_to_dict(cfg))  # type: ignore[arg-type]
+    settings = flatten(section_dict(cfg))
     settings.pop("output_dir", None)  # a run folder may be moved and still resume
     if isinstance(cfg, GRPOConfig):
         command, summary = "grpo", {"model": cfg.model.name_or_path, "tasks": cfg.data.train_tasks}

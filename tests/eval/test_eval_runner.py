@@ -25,11 +25,14 @@ class CountingPolicy:
     """A token-level policy that samples scripted texts and counts what it sampled."""
 
     token_level = True
+    streaming = False
+    seeds_per_context = False
+    max_context_tokens = 0
 
     def __init__(self, tokenizer, texts):
         self.tokenizer, self.texts, self.turn, self.sampled = tokenizer, texts, 0, 0
 
-    def act(self, contexts, params):
+    def act(self, contexts, params, *, seeds=None):
         text = self.texts[min(self.turn, len(self.texts) - 1)]
         self.turn += 1
         end = self.tokenizer.convert_tokens_to_ids("<|im_end|>")

@@ -4,14 +4,13 @@ from __future__ import annotations
 
 import time
 from concurrent.futures import Future
-from types import SimpleNamespace
 
 import pytest
 
 from spreadrl.env.types import EndReason
 from spreadrl.rollout.chat import EpisodeChat
 from spreadrl.rollout.config import RolloutConfig
-from spreadrl.rollout.runner import EpisodeJob, context_limit, run_episodes
+from spreadrl.rollout.runner import EpisodeJob, run_episodes
 from spreadrl.rollout.scripted import format_tool_call
 from spreadrl.rollout.types import PolicyTurn
 from tests.rollout.fakes import FakePool, make_task
@@ -21,14 +20,16 @@ class BudgetPolicy:
     """Token-level: always calls a tool; records the budget it was asked for."""
 
     token_level = True
+    streaming = False
+    seeds_per_context = False
+    max_context_tokens = 0
 
     def __init__(self, tokenizer, max_context_tokens=0):
         self.tokenizer = tokenizer
         self.asked: list[tuple[int, int]] = []  # (longest context, max_new_tokens)
-        if max_context_tokens:
-            self.max_context_tokens = max_context_tokens
+        self.max_context_tokens = max_context_tokens
 
-    def act(self, contexts, params):
+    def act(self, contexts, params, *, seeds=None):
         self.asked.append((max(len(c) for c in contexts), params.max_new_tokens))
         text = format_tool_call("write_range", {"range": "A1", "values": 1})
         ids = self.tokenizer.encode(text, add_special_tokens=False)
@@ -60,13 +61,6 @@ def test_no_turn_is_asked_past_the_models_context_length(tiny_model):
     assert t.stop_reason == EndReason.MAX_CONTEXT_TOKENS and t.stop_reason.truncated
 
 
-def test_context_limit_reads_the_policy_or_its_model():
-    assert context_limit(SimpleNamespace(max_context_tokens=512)) == 512
-    model = SimpleNamespace(config=SimpleNamespace(max_position_embeddings=4096))
-    assert context_limit(SimpleNamespace(model=model)) == 4096
-    assert context_limit(object()) == 0
-
-
 def test_the_wall_clock_budget_ends_the_episode(tiny_model):
     _, tok = tiny_model
     settings = RolloutConfig(episode_wall_time_s=1e-9, max_turns=5)
@@ -82,7 +76,7 @@ def test_answered_is_terminated_and_the_env_reward_is_kept_apart(tiny_model):
     _, tok = tiny_model
 
     class Answers(BudgetPolicy):
-        def act(self, contexts, params):
+        def act(self, contexts, params, *, seeds=None):
             end = self.tokenizer.convert_tokens_to_ids("<|im_end|>")
             ids = [*self.tokenizer.encode("Done.", add_special_tokens=False), end]
             return [PolicyTurn("Done.", ids, None, "stop") for _ in contexts]

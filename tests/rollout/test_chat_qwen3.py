@@ -78,11 +78,14 @@ class ScriptedSampler:
     """A token-level policy 'sampling' scripted texts under a chat format; records each context."""
 
     token_level = True
+    streaming = False
+    seeds_per_context = False
+    max_context_tokens = 0
 
     def __init__(self, tokenizer, texts):
         self.tokenizer, self.texts, self.contexts = tokenizer, texts, []
 
-    def act(self, contexts, params):
+    def act(self, contexts, params, *, seeds=None):
         (context,) = contexts
         self.contexts.append(list(context))
         text = self.texts[len(self.contexts) - 1]

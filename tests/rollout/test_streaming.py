@@ -20,9 +20,13 @@ class ContextPolicy:
 
     The n-th assistant turn of an episode calls write_range with n (42 on the
     last tool turn), then answers. ``submit``/``poll`` decode one token per poll
-    for every running request, like an engine with continuous batching."""
+    for every running request, like an engine with continuous batching; it does not
+    say when it starts serving a request (``take_started`` gives None)."""
 
     token_level = True
+    streaming = True
+    seeds_per_context = False
+    max_context_tokens = 0
 
     def __init__(self, tokenizer, tool_turns=2):
         self.tok = tokenizer
@@ -47,7 +51,7 @@ class ContextPolicy:
         lps = [-0.01 * ((len(context) + i) % 7) for i in range(len(ids))]
         return PolicyTurn(text, ids, lps, finish)
 
-    def act(self, contexts, params):
+    def act(self, contexts, params, *, seeds=None):
         self.events.append(("act", len(contexts)))
         return [self._sample(list(c), params) for c in contexts]
 
@@ -57,6 +61,13 @@ class ContextPolicy:
 
     def has_unfinished(self):
         return bool(self.running)
+
+    def take_started(self):
+        return None
+
+    def abort(self, request_ids):
+        for rid in request_ids:
+            self.running.pop(rid, None)
 
     def poll(self):
         self.polls += 1
@@ -70,8 +81,9 @@ class ContextPolicy:
 
 
 class TurnOnlyPolicy(ContextPolicy):
-    submit = None
-    poll = None
+    """Has submit/poll but does not declare itself streaming: driven turn by turn."""
+
+    streaming = False
 
     def __init__(self, tokenizer, tool_turns=2):
         super().__init__(tokenizer, tool_turns)
@@ -253,10 +265,8 @@ def test_each_request_gets_its_own_reproducible_seed(tiny_model):
 
 class StuckEngine(ContextPolicy):
     """Requests of sample 0 never come back unless aborted, and the policy cannot say
-    whether it still holds them (no ``has_unfinished``); its poll returns at once.
-    Other requests finish at their first poll."""
-
-    has_unfinished = None
+    whether it still holds them (``has_unfinished`` gives None); its poll returns at
+    once. Other requests finish at their first poll."""
 
     def __init__(self, tokenizer):
         super().__init__(tokenizer)
@@ -267,10 +277,12 @@ class StuckEngine(ContextPolicy):
         entry = self.running[request_id]
         entry[1] = -(10**9) if "/0#" in request_id else len(entry[0].token_ids) - 1
 
+    def has_unfinished(self):
+        return None
+
     def abort(self, request_ids):
         self.aborted.extend(request_ids)
-        for rid in request_ids:
-            self.running.pop(rid, None)
+        super().abort(request_ids)
 
 
 def test_a_request_that_never_returns_ends_its_episode_at_the_wall_time(tiny_model):

@@ -370,11 +370,14 @@ class TurnSampler:
     turn its position says (the count of turns already in it); every context is kept."""
 
     token_level = True
+    streaming = False
+    seeds_per_context = False
+    max_context_tokens = 0
 
     def __init__(self, tok, texts):
         self.tok, self.texts, self.contexts, self.pending = tok, texts, [], []
 
-    def act(self, contexts, params):
+    def act(self, contexts, params, *, seeds=None):
         return [self._turn(context) for context in contexts]
 
     def _turn(self, context):
@@ -385,7 +388,10 @@ class TurnSampler:
 
 
 class StreamingSampler(TurnSampler):
-    """:class:`TurnSampler` with vLLM's submit/poll, so the episode scheduler drives it."""
+    """:class:`TurnSampler` with vLLM's submit/poll, so the episode scheduler drives it
+    (an engine that cannot say whether it holds work, nor when it starts a request)."""
+
+    streaming = True
 
     def submit(self, request_id, context, params):
         self.pending.append((request_id, list(context)))
@@ -393,6 +399,15 @@ class StreamingSampler(TurnSampler):
     def poll(self):
         done, self.pending = self.pending, []
         return [(request_id, self._turn(context)) for request_id, context in done]
+
+    def abort(self, request_ids):
+        self.pending = [p for p in self.pending if p[0] not in request_ids]
+
+    def has_unfinished(self):
+        return None
+
+    def take_started(self):
+        return None
 
 
 def turn_of(context):

@@ -13,6 +13,9 @@ class RecordingPolicy:
     """Token-level policy that 'samples' scripted texts and records every context it was given."""
 
     token_level = True
+    streaming = False
+    seeds_per_context = False
+    max_context_tokens = 0
 
     def __init__(self, tokenizer, texts):
         self.tokenizer = tokenizer
@@ -20,7 +23,7 @@ class RecordingPolicy:
         self.contexts = []
         self.turn = 0
 
-    def act(self, contexts, params):
+    def act(self, contexts, params, *, seeds=None):
         self.contexts.append([list(c) for c in contexts])
         text = self.texts[min(self.turn, len(self.texts) - 1)]
         self.turn += 1

@@ -51,6 +51,9 @@ class GatedPolicy:
     """
 
     token_level = True
+    streaming = False
+    seeds_per_context = False
+    max_context_tokens = 0
 
     def __init__(self, policy: Any, on_enter: Callable[[], Any] | None = None) -> None:
         self.policy = policy
@@ -59,14 +62,14 @@ class GatedPolicy:
         self.on_enter = on_enter
         self.calls = 0
 
-    def act(self, contexts, params):
+    def act(self, contexts, params, *, seeds=None):
         self.calls += 1
         self.entered.set()
         if self.on_enter is not None:
             self.on_enter()
         if not self.gate.wait(timeout=30):
             raise RuntimeError("gate never opened")
-        return self.policy.act(contexts, params)
+        return self.policy.act(contexts, params, seeds=seeds)
 
 
 class ManualDeadlines:

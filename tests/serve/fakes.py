@@ -39,12 +39,15 @@ class ScriptedPolicy:
     """Says the given assistant turns in order (as token ids), then a final answer."""
 
     token_level = True
+    streaming = False
+    seeds_per_context = False
+    max_context_tokens = 0
 
     def __init__(self, tokenizer: Any, turns: list[str]) -> None:
         self.tokenizer = tokenizer
         self.turns = list(turns)
 
-    def act(self, contexts, params):
+    def act(self, contexts, params, *, seeds=None):
         out = []
         for _ in contexts:
             text = self.turns.pop(0) if self.turns else "Done."

@@ -227,14 +227,17 @@ class EnginePolicy:
     """A policy that runs an engine beside the server (as vLLM's does): ``close()`` stops it."""
 
     token_level = True
+    streaming = False
+    seeds_per_context = False
+    max_context_tokens = 0
 
     def __init__(self, policy) -> None:
         self.policy = policy
         self.closed = 0
 
-    def act(self, contexts, params):
+    def act(self, contexts, params, *, seeds=None):
         assert not self.closed, "generation after the engine was stopped"
-        return self.policy.act(contexts, params)
+        return self.policy.act(contexts, params, seeds=seeds)
 
     def close(self) -> None:
         self.closed += 1

@@ -191,9 +191,9 @@ class RecordingPolicy(ScriptedPolicy):
         super().__init__(tokenizer, turns)
         self.params = []
 
-    def act(self, contexts, params):
+    def act(self, contexts, params, *, seeds=None):
         self.params.append(params)
-        return super().act(contexts, params)
+        return super().act(contexts, params, seeds=seeds)
 
 
 def test_page_runs_a_built_in_example_with_no_file_and_shows_before_and_after(

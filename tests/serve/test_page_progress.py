@@ -28,17 +28,20 @@ class HeldSecondTurn:
     """A token-level policy whose second turn waits for ``release``."""
 
     token_level = True
+    streaming = False
+    seeds_per_context = False
+    max_context_tokens = 0
 
     def __init__(self, policy) -> None:
         self.policy = policy
         self.release = threading.Event()
         self.calls = 0
 
-    def act(self, contexts, params):
+    def act(self, contexts, params, *, seeds=None):
         self.calls += 1
         if self.calls == 2 and not self.release.wait(timeout=60):
             raise RuntimeError("the page never saw the first tool call")
-        return self.policy.act(contexts, params)
+        return self.policy.act(contexts, params, seeds=seeds)
 
 
 HARNESS = """<!doctype html><html><body style="margin:0">

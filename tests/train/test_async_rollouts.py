@@ -36,12 +36,17 @@ class Counter:
     """A token policy stub: one token per context, and a record of every call."""
 
     token_level = True
+    streaming = False
+    seeds_per_context = False
+    max_context_tokens = 0
 
     def __init__(self) -> None:
         self.calls = 0
+        self.seeds: list[object] = []
 
-    def act(self, contexts, params, seeds=None):
+    def act(self, contexts, params, *, seeds=None):
         self.calls += 1
+        self.seeds.append(seeds)
         return [PolicyTurn("x", [1], [-0.5]) for _ in contexts]
 
 
@@ -54,7 +59,18 @@ def test_turns_carry_the_version_applied_before_the_call_and_only_the_newest_pay
     policy.publish(5, "w5")  # replaces w4 before the producer got to it
     assert [t.version for t in policy.act([[1]], params)] == [5]
     assert applied == ["w5"] and policy.syncs == 1
-    assert policy.token_level is True  # the wrapped policy's attributes show through
+    assert policy.token_level is True and not policy.streaming
+
+
+def test_the_wrapper_declares_what_the_wrapped_policy_does_and_passes_the_seeds():
+    inner = Counter()
+    inner.seeds_per_context, inner.max_context_tokens = True, 99
+    policy = VersionedPolicy(inner, lambda payload: None)
+    assert policy.seeds_per_context is True and policy.max_context_tokens == 99
+    params = SamplingParams(1.0, 1.0, 0, max_new_tokens=16)
+    policy.act([[1], [2]], params, seeds=[5, 6])
+    policy.act([[1]], params)
+    assert inner.seeds == [[5, 6], None]
 
 
 def test_the_producer_stays_within_the_bound_and_runs_ahead_by_it():
@@ -171,8 +187,8 @@ def test_partial_rollouts_keep_each_turns_version(tiny_model):
     policy = VersionedPolicy(inner, lambda payload: None, version=7)
     real_act = inner.act
 
-    def act_then_sync(contexts, params):
-        turns = real_act(contexts, params)
+    def act_then_sync(contexts, params, *, seeds=None):
+        turns = real_act(contexts, params, seeds=seeds)
         policy.publish(policy.version + 1, None)  # a sync lands after every turn
         return turns
 

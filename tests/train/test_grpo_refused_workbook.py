@@ -42,12 +42,15 @@ class BombOrAnswer:
     """Even samples call code_interpreter with BOMB_CODE, odd ones answer; later turns answer."""
 
     token_level = True
+    streaming = False
+    seeds_per_context = False
+    max_context_tokens = 0
 
     def __init__(self, tokenizer) -> None:
         self.tokenizer = tokenizer
         self.first_turns = 0
 
-    def act(self, contexts, params):
+    def act(self, contexts, params, *, seeds=None):
         turns = []
         for _ in contexts:
             call = {"name": "code_interpreter", "arguments": {"code": BOMB_CODE}}

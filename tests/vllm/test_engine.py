@@ -252,6 +252,9 @@ class _ScriptedFirstTurn:
     episode's whole token context, tool response included."""
 
     token_level = True
+    streaming = True
+    seeds_per_context = False
+    max_context_tokens = 0
 
     def __init__(self, policy, tokenizer):
         self.policy = policy
@@ -282,6 +285,12 @@ class _ScriptedFirstTurn:
 
     def abort(self, request_ids):
         self.policy.abort(request_ids)
+
+    def take_started(self):
+        return None  # each episode's clock starts at its submission
+
+    def act(self, contexts, params, *, seeds=None):
+        return self.policy.act(contexts, params, seeds=seeds)
 
 
 def test_a_multi_turn_episode_continues_from_token_ids(engine):
