@@ -38,6 +38,7 @@ from torch.utils.flop_counter import FlopCounterMode
 
 from spreadrl.train.batching import Sample, collate
 from spreadrl.train.config import ModelConfig, OptimConfig
+from spreadrl.train.distributed import decoder_layers
 from spreadrl.train.levers import apply_model_levers
 from spreadrl.train.logprobs import sequence_logprobs
 from spreadrl.train.memory import PeakMemory
@@ -92,7 +93,7 @@ def _build(shape: LeverShape, model_cfg: ModelConfig) -> torch.nn.Module:
     model = build_random_model(config, torch.float32, seed=0, device=device)
     if model_cfg.gradient_checkpointing:
         enable_activation_checkpointing(model)
-    apply_model_levers(model, model_cfg)
+    apply_model_levers(model, decoder_layers(model), model_cfg)
     model.train()
     return model
 

@@ -147,6 +147,11 @@ class TaskSet:
         """Every (task, case index) pair, in a stable order."""
         return [(task, case.index) for task in self.tasks for case in task.cases]
 
+    def episode_keys(self) -> list[tuple[str, int]]:
+        """Every (task id, case index) pair, in :meth:`episodes`' order: what a run's prompt
+        order shuffles and its checkpoints record."""
+        return [(task.id, case.index) for task in self.tasks for case in task.cases]
+
 
 def _relative(path: Path, root: Path) -> str:
     try:

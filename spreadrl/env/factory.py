@@ -48,11 +48,12 @@ def make_env_pool(
 ) -> EnvPool | InlineEnvPool | OpenEnvPool:
     """A pool of environments; use it as a context manager so workers shut down cleanly."""
     settings = _settings(env)
-    if settings.kind == "openenv":  # the episodes run on the server; workers do not apply
-        from spreadrl.env.openenv_pool import OpenEnvPool
+    if settings.kind != "openenv":
+        factory = env_factory(settings)
+        if workers <= 0:
+            return InlineEnvPool(factory)
+        return EnvPool(factory, num_workers=workers, limits=settings.worker_limits())
+    # openenv: the episodes run on the server; workers do not apply
+    from spreadrl.env.openenv_pool import OpenEnvPool
 
-        return OpenEnvPool(settings.url or "")
-    factory = env_factory(settings)
-    if workers <= 0:
-        return InlineEnvPool(factory)
-    return EnvPool(factory, num_workers=workers, limits=_settings(env).worker_limits())
+    return OpenEnvPool(settings.url or "")

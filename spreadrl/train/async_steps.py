@@ -42,11 +42,11 @@ from spreadrl.train.async_rollouts import (
 from spreadrl.train.batching import Sample
 from spreadrl.train.held_out import HeldOut
 from spreadrl.train.logprobs import compute_context
-from spreadrl.train.rollouts import StepRollouts
+from spreadrl.train.step_source import StepRollouts
 
 
 class AsyncSteps:
-    """The rollout source of asynchronous mode (a :class:`~spreadrl.train.rollouts.StepSource`):
+    """The rollout source of asynchronous mode (a :class:`~spreadrl.train.step_source.StepSource`):
     the producer, the weight hand-over and the step's bookkeeping."""
 
     def __init__(

@@ -192,6 +192,18 @@ def all_reduce(value: float, op: str = "sum") -> float:
     return float(tensor.item())
 
 
+def all_reduce_sums(values: Sequence[float]) -> list[float]:
+    """Each number summed over ranks, in one collective (the numbers themselves in a single
+    process): a step's counts cost one synchronisation, not one each."""
+    if not (dist.is_available() and dist.is_initialized()):
+        return [float(v) for v in values]
+    tensor = torch.tensor([float(v) for v in values], dtype=torch.float64)
+    if dist.get_backend() == "nccl":
+        tensor = tensor.cuda()
+    dist.all_reduce(tensor, op=dist.ReduceOp.SUM)
+    return [float(v) for v in tensor.tolist()]
+
+
 def rank_slice(items: Sequence[T], info: DistInfo) -> list[T]:
     """This rank's share of a list that every rank computed identically."""
     return list(items[info.rank :: info.world_size])

@@ -37,17 +37,18 @@ from spreadrl.train.distributed import release_for_generation, shard_model
 from spreadrl.train.held_out import HeldOut, held_out_tasks
 from spreadrl.train.learner import Learner
 from spreadrl.train.memory import PeakMemory
-from spreadrl.train.optimizer import build_optimizer, build_scheduler
+from spreadrl.train.optimizer import build_optimizer, build_scheduler, updates_per_step
 from spreadrl.train.reference import build_reference
 from spreadrl.train.rollout_backend import build_rollout_policy
 from spreadrl.train.rollout_sources import build_rollout_source
-from spreadrl.train.rollouts import Collector, StepSource, to_samples
+from spreadrl.train.rollouts import Collector, to_samples
 from spreadrl.train.sampler import prompt_order
+from spreadrl.train.scoring import Scorer, Scoring
 from spreadrl.train.setup import Checkpointed, Run
 from spreadrl.train.signals import StopSignals
 from spreadrl.train.step_checks import StepChecks
 from spreadrl.train.step_metrics import report_step, step_metrics
-from spreadrl.train.update import Scoring, updates_per_step
+from spreadrl.train.step_source import StepSource
 
 
 def train_grpo(
@@ -87,19 +88,30 @@ def train_grpo(
     # asynchronous: tokens sampled by older weights than the ones updated are weighted
     # by min(pi_prox / pi_behav, cap) whatever loss.tis says (docs/async.md)
     loss = replace(cfg.loss, tis=True) if cfg.rollout.max_staleness else cfg.loss
-    learner = Learner(
+    memory = PeakMemory(info.device)  # the rollout's peak, then the passes' and update's
+    scoring = Scoring.for_run(cfg.rollout, cfg.optim, compute)
+    pad_id = tokenizer.pad_token_id or 0
+    scorer = Scorer(
         model=model,
         reference=reference,
+        optim=cfg.optim,
+        scoring=scoring,
+        per_step=per_step,
+        pad_id=pad_id,
+        memory=memory,
+    )
+    learner = Learner(
+        model=model,
         optimizer=optimizer,
         scheduler=scheduler,
-        scoring=Scoring.for_run(cfg.rollout, cfg.optim, compute),
+        scoring=scoring,
         loss=loss,
         optim=cfg.optim,
         info=info,
         seed=cfg.seed,
         per_step=per_step,
-        pad_id=tokenizer.pad_token_id or 0,
-        memory=PeakMemory(info.device),
+        pad_id=pad_id,
+        memory=memory,
     )
     with ExitStack() as owned:  # what the run opens, closed last-opened first
         source = open_rollout_source(
@@ -114,7 +126,8 @@ def train_grpo(
             resumed=resumed,
         )
         parts = Checkpointed(model, tokenizer, optimizer, scheduler)
-        train_steps(cfg, run, learner, source, parts, start=resumed["step"] if resumed else 0)
+        start = resumed["step"] if resumed else 0
+        train_steps(cfg, run, scorer, learner, source, parts, start=start)
         return run.finish(model, tokenizer)
 
 
@@ -135,9 +148,11 @@ def open_rollout_source(
     source, sync or async (``owned`` closes it). It takes the learner's model, optimizer
     and memory gauge, never the learner."""
     info, compute, rollout, model = run.info, run.precision.compute, cfg.rollout, learner.model
-    tasks = tasks if tasks is not None else resolve_tasks(cfg.data.train_tasks)
     eval_tasks = held_out_tasks(cfg.eval, given=eval_tasks)
-    sampler = prompt_order(tasks, seed=cfg.seed, state=resumed and resumed["extra"]["sampler"])
+    tasks = tasks if tasks is not None else resolve_tasks(cfg.data.train_tasks)
+    sampler = prompt_order(
+        tasks.episode_keys(), seed=cfg.seed, state=resumed and resumed["extra"]["sampler"]
+    )
     policy, colocated = build_rollout_policy(
         rollout,
         cfg.model,
@@ -200,6 +215,7 @@ def open_rollout_source(
 def train_steps(
     cfg: GRPOConfig,
     run: Run,
+    scorer: Scorer,
     learner: Learner,
     source: StepSource,
     parts: Checkpointed,
@@ -224,7 +240,7 @@ def train_steps(
             metrics = step_metrics(trajs, rollouts.reward_terms, rollouts.keep)
             metrics.update(rollouts.metrics)
             t_train = time.perf_counter()
-            metrics.update(learner.score(samples))
+            metrics.update(scorer.score(samples))
             metrics.update(source.bookkeeping(step, trajs, samples))
             metrics.update(learner.update(step, samples))
             metrics.update(source.updated(step, learner.model, t_train))

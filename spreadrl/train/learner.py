@@ -1,12 +1,11 @@
-"""The trained side of a GRPO step: score the samples, then update the weights on them.
+"""The trained side of a GRPO step: update the weights on the step's samples.
 
-The parts (the policy sharded over ranks, its KL reference, AdamW, the LR schedule,
-how tokens are scored, the loss settings) are built by the recipe
+The parts (the policy sharded over ranks, AdamW, the LR schedule, how tokens are
+scored, the loss settings) are built by the recipe
 (:func:`spreadrl.train.grpo.train_grpo`), where a reader sees them; the
-:class:`Learner` holds them and does two things per step, in the recipe's order:
-:meth:`Learner.score` (the proximal and reference log-prob passes) and
-:meth:`Learner.update` (the PPO-style update and the schedule). It never sees
-where the samples came from.
+:class:`Learner` holds them and does one thing per step: :meth:`Learner.update`
+(the PPO-style update and the schedule), after the no-grad passes of
+:class:`spreadrl.train.scoring.Scorer`. It never sees where the samples came from.
 """
 
 from __future__ import annotations
@@ -21,10 +20,10 @@ from torch.optim.lr_scheduler import LRScheduler
 
 from spreadrl.train.batching import Sample
 from spreadrl.train.config import GRPOOptimConfig, LossConfig
-from spreadrl.train.distributed import DistInfo, gathered_params
+from spreadrl.train.distributed import DistInfo
 from spreadrl.train.memory import PeakMemory
-from spreadrl.train.reference import Reference
-from spreadrl.train.update import Scoring, compute_logprobs, policy_update
+from spreadrl.train.scoring import Scoring
+from spreadrl.train.update import policy_update
 
 
 @dataclass
@@ -35,7 +34,6 @@ class Learner:
     (asynchronous GRPO turns TIS on: its behaviour weights are TIS's weights)."""
 
     model: nn.Module
-    reference: Reference | None
     optimizer: Optimizer
     scheduler: LRScheduler
     scoring: Scoring
@@ -45,31 +43,7 @@ class Learner:
     seed: int
     per_step: int  # optimizer steps per GRPO step (the LR schedule's unit)
     pad_id: int
-    memory: PeakMemory  # peak of the rollout, and of the log-prob passes + update
-
-    def score(self, samples: list[Sample]) -> dict[str, float]:
-        """Attach the proximal and the reference log-probs to ``samples``; their metrics.
-
-        The proximal policy's log-probs first (decoupled PPO in asynchronous mode too):
-        with one epoch of one mini-batch they are the weights of the single update,
-        whose detached log-probs :func:`policy_update` uses, so the pass is skipped.
-        Every rank enters both passes, even with no samples (dynamic sampling can keep
-        none on one rank): gathering sharded parameters is a collective."""
-        memory, pad_id = self.memory, self.pad_id
-        metrics = memory.figures("rollout")  # allocated, reserved and device peaks
-        memory.reset()
-        t0 = time.perf_counter()
-        with gathered_params(self.model):
-            if samples and self.per_step > 1:
-                old = compute_logprobs(self.model, samples, self.optim, self.scoring, pad_id=pad_id)
-                for sample, lp in zip(samples, old, strict=True):
-                    sample.old_logprobs = lp
-        if self.reference is not None:
-            lps = self.reference.logprobs(samples, self.optim, self.scoring, pad_id=pad_id)
-            for sample, lp in zip(samples, lps, strict=True):
-                sample.ref_logprobs = lp
-        metrics["logprobs_s"] = time.perf_counter() - t0
-        return metrics
+    memory: PeakMemory  # peak of the log-prob passes + update (the scorer reads the rollout's)
 
     def update(self, step: int, samples: list[Sample]) -> dict[str, float]:
         """The update of step ``step`` on ``samples``; its metrics (loss terms, grad norm,

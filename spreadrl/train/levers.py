@@ -27,12 +27,11 @@ compare them within float tolerance):
 from __future__ import annotations
 
 import logging
+from collections.abc import Sequence
 
-import torch
 from torch import nn
 
 from spreadrl.train.config import ModelConfig
-from spreadrl.train.distributed import decoder_layers
 
 log = logging.getLogger(__name__)
 
@@ -40,20 +39,23 @@ FUSED_HEAD_FLAG = "_spreadrl_fused_logprob_head"
 PACKED_FLAG = "_spreadrl_packed_sequences"
 
 
-def apply_model_levers(model: nn.Module, model_cfg: ModelConfig) -> None:
+def apply_model_levers(
+    model: nn.Module, layers: Sequence[nn.Module], model_cfg: ModelConfig
+) -> None:
     """The model-side levers ``model_cfg`` turns on (after activation checkpointing, before
-    FSDP2 shards the model, as torchtitan orders them)."""
+    FSDP2 shards the model, as torchtitan orders them). ``layers``: the model's decoder
+    layers (:func:`spreadrl.train.distributed.decoder_layers`), found once by the caller."""
     if model_cfg.gradient_checkpointing and model_cfg.checkpoint_every > 1:
-        checkpoint_every(model, model_cfg.checkpoint_every)
+        checkpoint_every(layers, model_cfg.checkpoint_every)
     if model_cfg.fused_logprob_head:
         use_fused_head(model)
     if model_cfg.packed_sequences:
         use_packed_sequences(model)
     if model_cfg.compile_layers:
-        compile_decoder_layers(model)
+        compile_decoder_layers(layers)
 
 
-def checkpoint_every(model: nn.Module, every: int) -> list[int]:
+def checkpoint_every(layers: Sequence[nn.Module], every: int) -> list[int]:
     """Keep activation checkpointing on every ``every``-th decoder layer only (0, k, 2k, ...).
 
     transformers' decoder layers (``GradientCheckpointingLayer``) recompute in backward
@@ -62,7 +64,7 @@ def checkpoint_every(model: nn.Module, every: int) -> list[int]:
     if every < 1:
         raise ValueError(f"checkpoint_every must be at least 1, got {every}")
     kept = []
-    for i, layer in enumerate(decoder_layers(model)):
+    for i, layer in enumerate(layers):
         on = i % every == 0
         if hasattr(layer, "gradient_checkpointing"):
             layer.gradient_checkpointing = on and bool(layer.gradient_checkpointing)
@@ -71,12 +73,11 @@ def checkpoint_every(model: nn.Module, every: int) -> list[int]:
     return kept
 
 
-def compile_decoder_layers(model: nn.Module, backend: str = "inductor") -> int:
+def compile_decoder_layers(layers: Sequence[nn.Module], backend: str = "inductor") -> int:
     """``torch.compile`` each decoder layer in place (``nn.Module.compile``); returns how many.
 
     Parameters are graph inputs (torch's default since 2.5), so the layers share one
     compiled graph; the first forward pays the compilation."""
-    layers = decoder_layers(model)
     for layer in layers:
         layer.compile(backend=backend, dynamic=None)
     return len(layers)
@@ -112,16 +113,3 @@ def fused_head_on(model: nn.Module) -> bool:
     """Whether :func:`use_fused_head` marked ``model`` (or the model it wraps)."""
     inner = getattr(model, "module", model)
     return bool(getattr(model, FUSED_HEAD_FLAG, False) or getattr(inner, FUSED_HEAD_FLAG, False))
-
-
-def fused_adamw_kwargs(fused: bool, params: list[torch.Tensor]) -> dict[str, object]:
-    """AdamW's keyword for its fused kernel: ``fused=True`` where every parameter's device
-    has one (CUDA, and the CPU since torch 2.4), else nothing (the default foreach path)."""
-    if not fused:
-        return {}
-    devices = {p.device.type for p in params}
-    supported = {"cuda", "cpu", "xpu", "mps"}
-    if not devices <= supported:
-        log.warning("optim.fused_adamw: no fused AdamW on %s; the default kernel runs", devices)
-        return {}
-    return {"fused": True}

@@ -15,10 +15,8 @@ from dataclasses import dataclass
 
 import torch
 
-from spreadrl.train.batching import Sample
-from spreadrl.train.config import GRPOOptimConfig, LossConfig
+from spreadrl.train.config import LossConfig
 from spreadrl.train.distributed import gathered_params
-from spreadrl.train.update import Scoring, compute_logprobs
 
 
 @dataclass
@@ -42,16 +40,6 @@ class Reference:
                     yield self.model
             else:
                 yield self.model
-
-    def logprobs(
-        self, samples: list[Sample], optim: GRPOOptimConfig, scoring: Scoring, *, pad_id: int
-    ) -> list[list[float]]:
-        """Reference log-probs of ``samples``, scored as the policy's are.
-
-        Every rank calls it, even with no samples: gathering a sharded reference is a
-        collective."""
-        with self.active() as module:
-            return compute_logprobs(module, samples, optim, scoring, pad_id=pad_id)
 
 
 def _adapters_off(model: torch.nn.Module) -> AbstractContextManager[object]:

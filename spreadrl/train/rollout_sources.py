@@ -28,8 +28,8 @@ from spreadrl.train.distributed import release_for_generation
 from spreadrl.train.held_out import HeldOut
 from spreadrl.train.memory import PeakMemory
 from spreadrl.train.rollout_backend import generating
-from spreadrl.train.rollouts import StepRollouts, StepSource
 from spreadrl.train.sampler import EpochShuffle
+from spreadrl.train.step_source import StepRollouts, StepSource
 
 
 def build_rollout_source(
@@ -89,7 +89,7 @@ def build_rollout_source(
 
 @dataclass
 class SyncRollouts:
-    """The rollout source of the synchronous loop (a :class:`~spreadrl.train.rollouts.StepSource`):
+    """The rollout source of the synchronous loop (a :class:`~spreadrl.train.step_source.StepSource`):
     each step samples with the current weights, the trainer waiting.
 
     Before a rollout phase the update's memory is handed back (gradients freed,

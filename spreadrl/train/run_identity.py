@@ -27,7 +27,8 @@ LOGS = ("metrics.jsonl", "trajectories.jsonl")
 
 def training_identity(cfg: GRPOConfig | SFTConfig) -> RunIdentity:
     """The run ``cfg`` describes: its command, and every setting but the folder itself."""
-    settings = flatten(section_dict(cfg))
+    resolved = section_dict(cfg)
+    settings = flatten(resolved)
     settings.pop("output_dir", None)  # a run folder may be moved and still resume
     if isinstance(cfg, GRPOConfig):
         command, summary = "grpo", {"model": cfg.model.name_or_path, "tasks": cfg.data.train_tasks}
@@ -46,9 +47,10 @@ def claim_training_folder(
     cfg: GRPOConfig | SFTConfig, *, resume_changes: bool = False, write: bool = True
 ) -> Claim:
     """Claim ``cfg.output_dir`` for this run (see :func:`spreadrl.run_folder.claim_run_folder`)."""
+    identity = training_identity(cfg)
     return claim_run_folder(
         Path(cfg.output_dir),
-        training_identity(cfg),
+        identity,
         resume_changes=resume_changes,
         elsewhere="output_dir=NEW_FOLDER",
         write=write,

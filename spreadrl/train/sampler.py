@@ -17,8 +17,6 @@ from typing import Any, Generic, TypeVar
 
 import torch
 
-from spreadrl.data.task import TaskSet
-
 T = TypeVar("T")
 
 Permutation = Callable[[int, int], list[int]]
@@ -81,11 +79,12 @@ class EpochShuffle(Generic[T]):
 
 
 def prompt_order(
-    tasks: TaskSet, *, seed: int, state: dict[str, Any] | None
+    prompts: Sequence[tuple[str, int]], *, seed: int, state: dict[str, Any] | None
 ) -> EpochShuffle[tuple[str, int]]:
-    """A GRPO run's prompts (task id, case) in a seeded order, epoch after epoch; at the
+    """A GRPO run's ``prompts`` (task id, case: :meth:`TaskSet.episode_keys
+    <spreadrl.data.task.TaskSet.episode_keys>`) in a seeded order, epoch after epoch; at the
     position a checkpoint's sampler ``state`` recorded when resuming."""
-    sampler = EpochShuffle([(t.id, case) for t, case in tasks.episodes()], seed=seed)
+    sampler = EpochShuffle(prompts, seed=seed)
     if state is not None:
         sampler.load(state)
     return sampler

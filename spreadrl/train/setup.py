@@ -33,7 +33,7 @@ from spreadrl.train.config import (
     ModelConfig,
     SFTConfig,
 )
-from spreadrl.train.distributed import DistInfo, cleanup, init_distributed
+from spreadrl.train.distributed import DistInfo, cleanup, decoder_layers, init_distributed
 from spreadrl.train.levers import apply_model_levers
 from spreadrl.train.precision import Precision, resolve_precision
 from spreadrl.train.run_identity import claim_training_folder, cut_back_logs
@@ -88,7 +88,8 @@ def build_model(
         enable_activation_checkpointing(model)
         if hasattr(model, "enable_input_require_grads"):
             model.enable_input_require_grads()
-    apply_model_levers(model, model_cfg)  # selective checkpointing, fused head, compile
+    # selective checkpointing, fused head, compile
+    apply_model_levers(model, decoder_layers(model), model_cfg)
     return model, tokenizer
 
 

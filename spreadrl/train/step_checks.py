@@ -21,7 +21,7 @@ import torch
 from spreadrl.errors import RunHalted
 from spreadrl.rollout.types import Trajectory
 from spreadrl.train.config import DynamicSamplingConfig
-from spreadrl.train.distributed import all_reduce
+from spreadrl.train.distributed import all_reduce_sums
 
 log = logging.getLogger(__name__)
 
@@ -34,41 +34,32 @@ class StepChecks:
     untrained: int = 0
 
     def check(self, step: int, trajs: list[Trajectory], keep: torch.Tensor) -> None:
-        """Both rules on the step's rollouts, before its update (every rank alike)."""
-        self.crashes(step, trajs)
-        self.kept(step, keep)
+        """Both rules on the step's rollouts, before its update (every rank alike).
 
-    def crashes(self, step: int, trajs: list[Trajectory]) -> int:
-        """The step's crashed episodes over all ranks; raise when they are too many.
-
-        The first crash's whole traceback goes to the log before the one-line stop."""
+        The counts (crashed episodes, episodes, kept groups) are summed over ranks in one
+        collective. The first crash's whole traceback goes to the log before the one-line
+        stop."""
         crashed = [t for t in trajs if t.crashed]
-        count = int(all_reduce(float(len(crashed))))
-        episodes = int(all_reduce(float(len(trajs))))
+        count, episodes, kept = (
+            int(n) for n in all_reduce_sums([len(crashed), len(trajs), float(keep.sum())])
+        )
         limit = self.sampling.max_crashed_fraction
         if count and count > limit * episodes:
-            first = crashed[0] if crashed else None
-            if first is not None:
+            where = ""  # another rank's crashes: this rank has none to name
+            if crashed:
+                first = crashed[0]
                 log.error("episode %s crashed:\n%s", first.key, first.traceback or first.error)
-            where = f"; first: {first.key}: {_first_line(first.error)}" if first else ""
+                error = (first.error or "").splitlines()
+                where = f"; first: {first.key}: {error[0] if error else 'unknown error'}"
             raise RunHalted(
                 f"step {step}: {count} of {episodes} episodes crashed, above "
                 f"sampling.max_crashed_fraction={limit:g}{where}"
             )
-        return count
-
-    def kept(self, step: int, keep: torch.Tensor) -> None:
-        """Count a step that kept no group (over all ranks); raise at the limit in a row."""
-        kept = all_reduce(float(keep.sum()))
         self.untrained = 0 if kept else self.untrained + 1
-        limit = self.sampling.max_untrained_steps
-        if limit and self.untrained >= limit:
+        most = self.sampling.max_untrained_steps
+        if most and self.untrained >= most:
             raise RunHalted(
                 f"step {step}: no group kept for {self.untrained} steps in a row, at "
-                f"sampling.max_untrained_steps={limit} (each group's rewards were all equal, "
+                f"sampling.max_untrained_steps={most} (each group's rewards were all equal, "
                 "or it held a crashed episode)"
             )
-
-
-def _first_line(text: str | None) -> str:
-    return (text or "").splitlines()[0] if text else "unknown error"

@@ -5,9 +5,10 @@ weighted by its share of the mini-batch (trained tokens for token-mean,
 sequences for seq-mean-token-mean), so gradient accumulation gives the same
 gradient as one big batch would.
 
-Both the update and the no-grad passes run each group's shared prompt once
-per micro-batch (``shared_prefix_min``, see :mod:`spreadrl.train.batching`);
-the values equal the full rows' up to float rounding.
+The update runs each group's shared prompt once per micro-batch
+(``shared_prefix_min``, see :mod:`spreadrl.train.batching`), as the no-grad passes
+of :mod:`spreadrl.train.scoring` do; the values equal the full rows' up to float
+rounding.
 """
 
 from __future__ import annotations
@@ -20,96 +21,12 @@ from torch import nn
 from torch.optim import Optimizer
 from torch.optim.lr_scheduler import LRScheduler
 
-from spreadrl.rollout.config import RolloutConfig
-from spreadrl.train.batching import (
-    MIN_SHARED_PREFIX,
-    Sample,
-    collate,
-    pack_by_tokens,
-    prefix_sharing,
-)
+from spreadrl.train.batching import Sample, collate, pack_by_tokens, prefix_sharing
 from spreadrl.train.config import GRPOOptimConfig, LossConfig
 from spreadrl.train.distributed import all_reduce
 from spreadrl.train.logprobs import sequence_logprobs
 from spreadrl.train.losses import grpo_token_loss
-
-
-@dataclass(frozen=True)
-class Scoring:
-    """How a training pass scores tokens: the values derived from other sections, once.
-
-    Log-probs are those of the rollout's sampling distribution (temperature, top-k,
-    top-p; greedy rollouts, temperature 0, are scored under the plain softmax), in
-    the run's compute dtype, with a group's shared prompt run once per micro-batch
-    when ``optim.shared_prefix`` is on. The defaults are the plain distribution in
-    float32 without prefix sharing, for callers that score outside a recipe.
-    """
-
-    temperature: float = 1.0
-    top_k: int = 0
-    top_p: float = 1.0
-    compute_dtype: str = "float32"  # bfloat16: bf16 forward/backward over fp32 master weights
-    shared_prefix_min: int = 0  # a group's prompt run once when at least this long; 0 = off
-
-    @classmethod
-    def for_run(cls, rollout: RolloutConfig, optim: GRPOOptimConfig, compute_dtype: str) -> Scoring:
-        """The recipe's scoring: ``compute_dtype`` from :func:`spreadrl.train.precision.compute_dtype`."""
-        sampled = rollout.temperature > 0
-        return cls(
-            temperature=rollout.temperature if sampled else 1.0,
-            top_k=rollout.top_k if sampled else 0,
-            top_p=rollout.top_p if sampled else 1.0,
-            compute_dtype=compute_dtype,
-            shared_prefix_min=MIN_SHARED_PREFIX if optim.shared_prefix else 0,
-        )
-
-
-def minibatches(batch: int, optim: GRPOOptimConfig) -> int:
-    """Optimizer steps one epoch over ``batch`` sequences takes (``optim.mini_batch_size``)."""
-    size = optim.mini_batch_size or batch
-    return max(1, -(-batch // size))
-
-
-def updates_per_step(rollout: RolloutConfig, optim: GRPOOptimConfig) -> int:
-    """Optimizer steps of a full GRPO step: epochs x mini-batches (the LR schedule's unit).
-
-    With one, the policy that sampled is the one being updated, so the update takes
-    its old log-probs from its own forward; with more, they are computed first."""
-    return optim.ppo_epochs * minibatches(rollout.prompts_per_step * rollout.group_size, optim)
-
-
-def compute_logprobs(
-    model: nn.Module,
-    samples: Sequence[Sample],
-    optim: GRPOOptimConfig,
-    scoring: Scoring,
-    *,
-    pad_id: int,
-) -> list[list[float]]:
-    """Per-target log-probs of each sample under ``model``, without keeping activations.
-
-    Only trained positions (mask 1) are computed; the others are 0. Micro-batches
-    hold ``optim.micro_batch_tokens`` tokens.
-    """
-    prefix_min = prefix_sharing(model, scoring.shared_prefix_min)
-    out: list[list[float]] = [[] for _ in samples]
-    with torch.no_grad():
-        for idx in pack_by_tokens(samples, optim.micro_batch_tokens, shared_prefix_min=prefix_min):
-            batch = collate([samples[i] for i in idx], pad_id, shared_prefix_min=prefix_min)
-            logp, _ = sequence_logprobs(
-                model,
-                batch,
-                scoring.temperature,
-                top_k=scoring.top_k,
-                top_p=scoring.top_p,
-                compute_dtype=scoring.compute_dtype,
-            )
-            logp = logp.float().cpu()
-            offsets = batch["offsets"].tolist() if "offsets" in batch else [0] * len(idx)
-            for row, (i, cut) in enumerate(zip(idx, offsets, strict=True)):
-                own = logp[row, : len(samples[i].ids) - 1 - cut].tolist()
-                out[i] = [0.0] * cut + own  # the cut prefix holds no trained position
-    return out
+from spreadrl.train.scoring import Scoring
 
 
 def _trained(sample: Sample) -> int:

@@ -28,7 +28,7 @@ from spreadrl.models.init import load_model_and_tokenizer
 from spreadrl.train import learner as learner_module
 from spreadrl.train.config import GRPOConfig
 from spreadrl.train.grpo import train_grpo
-from spreadrl.train.update import compute_logprobs
+from spreadrl.train.scoring import compute_logprobs
 from tests.rollout.fakes import FakePool, make_task
 from tests.train.update_args import logprob_args
 

@@ -11,6 +11,7 @@ from spreadrl.errors import ConfigError
 from spreadrl.models.compat import enable_activation_checkpointing
 from spreadrl.train.batching import Sample, collate
 from spreadrl.train.config import GRPOConfig, ModelConfig
+from spreadrl.train.distributed import decoder_layers
 from spreadrl.train.levers import (
     apply_model_levers,
     checkpoint_every,
@@ -83,7 +84,7 @@ def test_selective_checkpointing_recomputes_only_every_kth_layer_with_equal_grad
     calls[0] = 0
     some = _model()
     enable_activation_checkpointing(some)
-    assert checkpoint_every(some, 2) == [0, 2]
+    assert checkpoint_every(decoder_layers(some), 2) == [0, 2]
     loss_some, grads_some = _loss_and_grads(some)
     assert calls[0] == 6  # 4 forward, layers 0 and 2 recomputed
     assert torch.allclose(loss_full, loss_some)
@@ -164,7 +165,7 @@ def test_fused_adamw_is_asked_for_and_steps_as_the_default_does():
 
 def test_compiled_decoder_layers_give_the_eager_numbers():
     eager, compiled = _model(2), _model(2)
-    assert compile_decoder_layers(compiled, backend="aot_eager") == 2
+    assert compile_decoder_layers(decoder_layers(compiled), backend="aot_eager") == 2
     assert all(layer._compiled_call_impl is not None for layer in compiled.model.layers)
     loss0, grads0 = _loss_and_grads(eager)
     loss1, grads1 = _loss_and_grads(compiled)
@@ -183,9 +184,10 @@ def test_the_settings_apply_the_levers_to_a_built_model(monkeypatch):
         gradient_checkpointing=True, checkpoint_every=3, fused_logprob_head=True,
         compile_layers=True,
     )  # fmt: skip
-    apply_model_levers(model, cfg)
+    layers = decoder_layers(model)
+    apply_model_levers(model, layers, cfg)
     assert [layer.gradient_checkpointing for layer in model.model.layers] == [1, 0, 0, 1]
-    assert fused_head_on(model) and compiled == [model]
+    assert fused_head_on(model) and compiled == [layers]
 
 
 def test_packed_micro_batches_give_the_padded_log_probs_and_gradients():

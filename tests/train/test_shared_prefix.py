@@ -19,7 +19,8 @@ from spreadrl.train.batching import (
     shared_prefix_lengths,
 )
 from spreadrl.train.logprobs import sequence_logprobs
-from spreadrl.train.update import compute_logprobs, policy_update
+from spreadrl.train.scoring import compute_logprobs
+from spreadrl.train.update import policy_update
 from tests.train.test_logprobs import tiny_qwen3 as _model
 from tests.train.update_args import logprob_args, update_args
 

@@ -12,7 +12,7 @@ from dataclasses import fields
 
 from spreadrl.train.batching import MIN_SHARED_PREFIX
 from spreadrl.train.config import GRPOOptimConfig, LossConfig
-from spreadrl.train.update import Scoring
+from spreadrl.train.scoring import Scoring
 
 _SECTIONS = (LossConfig, GRPOOptimConfig, Scoring)
 
