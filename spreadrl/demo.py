@@ -19,10 +19,10 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:  # the demo imports its stages when it runs them (the CLI starts fast)
-    from rich.console import Console
     from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
     from spreadrl.data.task import TaskSet
+    from spreadrl.reporting import Reporter
     from spreadrl.train.config import GRPOConfig
 
 
@@ -160,8 +160,9 @@ def claim_demo_folder(settings: DemoSettings) -> None:
     claim_run_folder(out, identity)
 
 
-def run_demo(settings: DemoSettings, console: Console) -> dict[str, Any]:
-    """Run every stage; return the summary also written to ``out/summary.json``."""
+def run_demo(settings: DemoSettings, reporter: Reporter) -> dict[str, Any]:
+    """Run every stage, telling ``reporter`` as it goes; return the summary also written
+    to ``out/summary.json`` (the CLI prints its result block)."""
     from spreadrl.config import load_config
     from spreadrl.data.builtin import builtin_tasks
     from spreadrl.data.task import TaskSet
@@ -202,42 +203,37 @@ def run_demo(settings: DemoSettings, console: Console) -> dict[str, Any]:
     claim_demo_folder(settings)  # after the recipe loaded: a typo leaves no folder behind
 
     # 1. tasks: the built-in demo splits (easy aggregate tasks, disjoint train/test)
-    console.rule("[bold]1. tasks")
+    reporter.section("1. tasks")
     train = _first(builtin_tasks("demo-train"), settings.train_tasks)
     test = _first(builtin_tasks("demo-test"), settings.test_tasks)
-    console.print(
-        f"train: {len(train)} tasks ({len(train.episodes())} cases) at {train.root}", markup=False
-    )
-    console.print(
-        f"test:  {len(test)} tasks ({len(test.episodes())} cases) at {test.root}", markup=False
-    )
+    reporter.line(f"train: {len(train)} tasks ({len(train.episodes())} cases) at {train.root}")
+    reporter.line(f"test:  {len(test)} tasks ({len(test.episodes())} cases) at {test.root}")
     stage("tasks")
 
     # 2. reference conversations: the oracle replays reference solutions through the gym
-    console.rule("[bold]2. SFT data from reference solutions")
+    reporter.section("2. SFT data from reference solutions")
     # the reference conversations keep the section's defaults (whole tool responses),
     # but for the recipe's turn budget
     oracle_rollout = RolloutConfig(max_turns=grpo_cfg.rollout.max_turns)
     with make_env_pool(grpo_cfg.env, workers=0) as pool:
         oracle_dir = out / "oracle-train"
-        run_eval(train, OraclePolicy(), pool, oracle_rollout, oracle_dir, progress=False)
+        run_eval(train, OraclePolicy(), pool, oracle_rollout, oracle_dir)
     rows = trajectories_to_sft_rows(read_trajectories(oracle_dir))
     sft_path = out / "sft.jsonl"
     sft_path.write_text("".join(json.dumps(r) + "\n" for r in rows))
-    console.print(f"{len(rows)} reference conversations -> {sft_path}", markup=False)
+    reporter.line(f"{len(rows)} reference conversations -> {sft_path}")
     stage("sft_data")
 
     # 3. a tokenizer trained on the task text, and a randomly initialised tiny Qwen3
-    console.rule("[bold]3. tokenizer and tiny model")
+    reporter.section("3. tokenizer and tiny model")
     texts = [json.dumps(r["messages"]) + json.dumps(r["tools"]) for r in rows]
     tokenizer = train_tokenizer(default_corpus(texts), vocab_size=settings.vocab_size)
     init_dir = init_model(settings.model_preset, tokenizer, out / "init", seed=settings.seed)
     model, _ = load_model_and_tokenizer(str(init_dir))
     n_params = sum(p.numel() for p in model.parameters())
-    console.print(
+    reporter.line(
         f"{settings.model_preset} Qwen3: {n_params / 1e6:.2f}M parameters, "
-        f"vocab {len(tokenizer)} -> {init_dir}",
-        markup=False,
+        f"vocab {len(tokenizer)} -> {init_dir}"
     )
     del model
     stage("model_init")
@@ -246,7 +242,7 @@ def run_demo(settings: DemoSettings, console: Console) -> dict[str, Any]:
     # sft_check_every steps the model in memory is validated, and SFT stops once the
     # policy passes sft_target_pass of a slice of its training tasks when sampling
     # (RL needs a non-zero pass rate, and headroom to show what it adds)
-    console.rule("[bold]4. SFT cold start")
+    reporter.section("4. SFT cold start")
     validation = TaskSet(train.root, train.tasks[: settings.eval_validation_tasks])
     sft_state: dict[str, Any] = {"steps": 0, "val_rate": 0.0}
 
@@ -255,7 +251,7 @@ def run_demo(settings: DemoSettings, console: Console) -> dict[str, Any]:
         if step % settings.sft_check_every and step < settings.sft_max_steps:
             return False
         sft_state["val_rate"] = quick_pass_rate(model, tokenizer, validation, grpo_cfg, settings)
-        console.print(
+        reporter.line(
             f"  validation pass@1 (training tasks, T={settings.temperature}) "
             f"after {step} steps: {100 * sft_state['val_rate']:.1f}%"
         )
@@ -276,7 +272,7 @@ def run_demo(settings: DemoSettings, console: Console) -> dict[str, Any]:
             "checkpoint.every_steps=0",  # one process, nothing to resume between checks
         ],
     )
-    sft_model = train_sft(sft_cfg, console=console, on_step=validate, shared_prefix=True)
+    sft_model = train_sft(sft_cfg, reporter=reporter, on_step=validate, shared_prefix=True)
     steps, val_rate = sft_state["steps"], sft_state["val_rate"]
     stage("sft")
 
@@ -297,25 +293,26 @@ def run_demo(settings: DemoSettings, console: Console) -> dict[str, Any]:
                 samples=settings.eval_samples,
                 k_values=(1, settings.eval_samples),
                 meta={"model": str(model_dir)},
+                reporter=reporter,
             )
-        render_report(report, console, title=f"{name} model on held-out tasks")
+        render_report(report, reporter, title=f"{name} model on held-out tasks")
         return report
 
     # 5. evaluate the SFT model (sampled at the training temperature)
-    console.rule("[bold]5. eval after SFT")
+    reporter.section("5. eval after SFT")
     # the SFT run's model, still in memory (it is what sft/final holds)
     before = evaluate(sft_state["model"], sft_state["tokenizer"], sft_model, "sft")
     del sft_state["model"]
     stage("eval_sft")
 
     # 6. GRPO-TCR from the SFT model
-    console.rule("[bold]6. GRPO-TCR")
+    reporter.section("6. GRPO-TCR")
     grpo_cfg = replace(grpo_cfg, model=replace(grpo_cfg.model, name_or_path=str(sft_model)))
-    grpo_model = train_grpo(grpo_cfg, console=console)
+    grpo_model = train_grpo(grpo_cfg, reporter=reporter)
     stage("grpo")
 
     # 7. evaluate the GRPO model on the same held-out tasks
-    console.rule("[bold]7. eval after GRPO")
+    reporter.section("7. eval after GRPO")
     model, tok = load_model_and_tokenizer(str(grpo_model))
     after = evaluate(model, tok, grpo_model, "grpo")
     stage("eval_grpo")
@@ -341,31 +338,8 @@ def run_demo(settings: DemoSettings, console: Console) -> dict[str, Any]:
         },
     }
     (out / "summary.json").write_text(json.dumps(summary, indent=2, default=str))
-    _print_summary(summary, before, after, console)
     (out / "summary.md").write_text(_summary_markdown(summary, before, after))
     return summary
-
-
-def _print_summary(
-    summary: dict[str, Any], before: dict[str, Any], after: dict[str, Any], console: Console
-) -> None:
-    """One short result block, then the command to look at the run (details: summary.md)."""
-    from rich.markup import escape
-    from rich.panel import Panel
-
-    out = escape(summary["settings"]["out"])  # a path, inside markup lines
-    improved = summary["delta_pass@1"] - summary["delta_ci95"] > 0
-    verdict = "[green]GRPO improved on SFT[/]" if improved else "[yellow]no significant change[/]"
-    minutes = sum(summary["timings_s"].values()) / 60
-    lines = [
-        f"held-out pass@1  SFT {100 * before['pass@1']:.1f}% ± {100 * before['pass@1_ci95']:.1f}"
-        f"  ->  GRPO [bold]{100 * after['pass@1']:.1f}%[/] ± {100 * after['pass@1_ci95']:.1f}",
-        f"change {100 * summary['delta_pass@1']:+.1f} points ± {100 * summary['delta_ci95']:.1f}"
-        f" over {summary['paired_cases']} paired cases: {verdict}",
-        f"{minutes:.1f} min in all; per family and stage: {out}/summary.md",
-        f"look at the run:  [bold cyan]spreadrl view {out}[/]",
-    ]
-    console.print(Panel("\n".join(lines), title="spreadrl demo", expand=False))
 
 
 def _summary_markdown(

@@ -32,6 +32,7 @@ LAYERS: dict[str, int] = {
     "recipes": 0,
     "cells": 0,
     "archive_gate": 0,  # the workbook archive check: env and the data importers share it
+    "reporting": 0,  # the reporter protocol: library code tells, cli renders
     "data": 1,
     "env": 2,
     "models": 2,  # offline models and tokenizers: beside the gym, below rollout
@@ -328,8 +329,8 @@ def test_the_check_catches_a_cycle() -> None:
 TYPER_OUTSIDE_CLI: dict[str, str] = {}  # module: why (none today)
 
 
-def _typer_imports(path: Path) -> list[int]:
-    """Lines of the file that import typer (or a submodule of it), at any depth."""
+def _imports_of(path: Path, package: str) -> list[int]:
+    """Lines of the file that import ``package`` (or a submodule of it), at any depth."""
     lines = []
     for node in ast.walk(ast.parse(path.read_text(), filename=str(path))):
         names = []
@@ -337,17 +338,24 @@ def _typer_imports(path: Path) -> list[int]:
             names = [alias.name for alias in node.names]
         elif isinstance(node, ast.ImportFrom) and not node.level:
             names = [node.module or ""]
-        if any(name == "typer" or name.startswith("typer.") for name in names):
+        if any(name == package or name.startswith(package + ".") for name in names):
             lines.append(node.lineno)
     return lines
+
+
+def _typer_imports(path: Path) -> list[int]:
+    return _imports_of(path, "typer")
+
+
+def _outside_cli(module: str) -> bool:
+    return not (module == "spreadrl.cli" or module.startswith("spreadrl.cli."))
 
 
 def test_no_module_outside_cli_imports_typer() -> None:
     found = {
         f"{module}:{line}"
         for module, path in _modules().items()
-        if not (module == "spreadrl.cli" or module.startswith("spreadrl.cli."))
-        and module not in TYPER_OUTSIDE_CLI
+        if _outside_cli(module) and module not in TYPER_OUTSIDE_CLI
         for line in _typer_imports(path)
     }
     assert not found, f"typer imported outside spreadrl/cli: {sorted(found)}"
@@ -359,3 +367,29 @@ def test_the_typer_check_sees_function_level_imports(tmp_path: Path) -> None:
         "import os\n\ndef f():\n    from typer import Option\n    import typer.testing\n"
     )
     assert _typer_imports(fake) == [4, 5]
+
+
+# Only cli/ renders: library code logs and raises, and what it has to say while it
+# runs (step lines, tables, progress) goes through a spreadrl.reporting.Reporter that
+# the CLI gives a rich implementation (spreadrl.cli.console.RichReporter). A module
+# outside spreadrl/cli that imports rich decides how the terminal looks.
+RICH_OUTSIDE_CLI: dict[str, str] = {}  # module: why (none today)
+
+
+def test_no_module_outside_cli_imports_rich() -> None:
+    found = {
+        f"{module}:{line}"
+        for module, path in _modules().items()
+        if _outside_cli(module) and module not in RICH_OUTSIDE_CLI
+        for line in _imports_of(path, "rich")
+    }
+    assert not found, f"rich imported outside spreadrl/cli (use a Reporter): {sorted(found)}"
+
+
+def test_the_rich_check_sees_every_form_of_import(tmp_path: Path) -> None:
+    fake = tmp_path / "fake.py"
+    fake.write_text(
+        "import richer\nimport rich\n\ndef f():\n    from rich.table import Table\n"
+        "    from .rich import x\n"
+    )
+    assert _imports_of(fake, "rich") == [2, 5]  # not richer, not a relative .rich

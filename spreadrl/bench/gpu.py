@@ -31,18 +31,18 @@ import socket
 import subprocess
 import sys
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any
 
 import torch
-from rich.console import Console
 from transformers import AutoConfig
 
 from spreadrl.bench.flops import peak_tflops, train_flops_per_token
 from spreadrl.config import load_config
 from spreadrl.errors import SpreadrlError
+from spreadrl.reporting import LogReporter, Reporter
 from spreadrl.rollout.allocator import ALLOC_CONF, use_expandable_segments
 from spreadrl.run_folder import has_results
 from spreadrl.train.config import GRPOConfig
@@ -206,7 +206,7 @@ def run_leg(shape: Shape, model: str, out: Path, extra: Sequence[str] = ()) -> d
         raise SpreadrlError(f"{out} holds an earlier GRPO run; a benchmark leg runs fresh")
     gpus = int(os.environ.get("WORLD_SIZE", "1"))
     plan = planned_peaks(cfg, shape, gpus)
-    train_grpo(cfg, console=Console(quiet=True))
+    train_grpo(cfg)  # its lines logged, not printed: the bench prints its own
     rows = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
     summary = summarize_rows(rows, shape, AutoConfig.from_pretrained(model))
     return {**summary, **plan, "overrides": list(extra), "rows": rows}
@@ -260,16 +260,18 @@ def run_bench(
     *,
     torchrun: bool = True,
     extra: Sequence[str] = (),
-    progress: Callable[[str], None] = lambda line: None,
+    reporter: Reporter | None = None,
 ) -> dict[str, Any]:
     """Build the model, then run each leg in its own process, writing into ``out`` as each
-    part ends: ``build.json``, ``<leg>.json`` and ``<leg>.steps.jsonl``, ``bench.json``."""
+    part ends: ``build.json``, ``<leg>.json`` and ``<leg>.steps.jsonl``, ``bench.json``.
+    ``reporter`` gets a line as each part starts (default: logged)."""
+    reporter = reporter or LogReporter()
     out.mkdir(parents=True, exist_ok=True)
     work = out / "work"
     work.mkdir(exist_ok=True)
     report: dict[str, Any] = {"shape": asdict(shape), "overrides": list(extra), "legs": {}}
     spec = json.dumps(asdict(shape))
-    progress(f"building a random {shape.preset} model")
+    reporter.line(f"building a random {shape.preset} model")
     build = _launch(
         [
             sys.executable,
@@ -287,9 +289,9 @@ def run_bench(
     if "error" in build:
         (out / "bench.json").write_text(json.dumps(report, indent=1))
         return report
-    progress(f"model built in {build['build_s']:.1f} s ({build['tokenizer']} tokenizer)")
+    reporter.line(f"model built in {build['build_s']:.1f} s ({build['tokenizer']} tokenizer)")
     for i, (label, cmd) in enumerate(leg_commands(torchrun).items()):
-        progress(f"leg {label}: {shape.steps} steps")
+        reporter.line(f"leg {label}: {shape.steps} steps")
         result_file = work / f"leg{i}.json"
         args = [spec, build["model"], str(work / f"run{i}"), str(result_file), *extra]
         result = _launch(cmd + args, result_file, out / f"{slug(label)}.log")

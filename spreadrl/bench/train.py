@@ -23,7 +23,6 @@ from pathlib import Path
 from typing import Any
 
 import torch
-from rich.console import Console
 from transformers import Qwen3Config, Qwen3ForCausalLM
 
 from spreadrl.bench.flops import peak_tflops as lookup_peak
@@ -121,7 +120,7 @@ def train_rows(
                     f"device={device}",
                 ],
             )
-            train_grpo(cfg, console=Console(quiet=True))
+            train_grpo(cfg)  # its lines logged, not printed: the bench prints its own
             rows = [
                 json.loads(line)
                 for line in (Path(tmp) / "grpo" / "metrics.jsonl").read_text().splitlines()

@@ -44,10 +44,9 @@ from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, TypedDict
 
-from rich.console import Console
-
 from spreadrl.config import load_config
 from spreadrl.errors import SpreadrlError
+from spreadrl.reporting import LogReporter, Reporter
 from spreadrl.train.config import GRPOConfig
 
 # torch, transformers and the gym are imported inside the functions that run them: the
@@ -205,7 +204,7 @@ def spreadrl_steps(
 
     rollouts.collect_rollouts = counting
     try:
-        grpo.train_grpo(cfg, console=Console(quiet=True))
+        grpo.train_grpo(cfg)  # its lines logged, not printed: the bench prints its own
     finally:
         rollouts.collect_rollouts = collect
     rows = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
@@ -585,11 +584,12 @@ def run_trl_bench(
     async_staleness: int = 0,
     threads: int = 0,
     out: Path | None = None,
-    progress: Callable[[str], None] = lambda line: None,
+    reporter: Reporter | None = None,
 ) -> tuple[dict[str, dict[str, float]], bool | None]:
     """Run each system's GRPO steps in alternating subprocesses (:func:`run_plan`);
     return the per-system summary and whether TRL's first prompt ids were spreadrl's
-    (None when not compared). ``progress`` gets a line as each run starts."""
+    (None when not compared). ``reporter`` gets a line as each run starts (default: logged)."""
+    reporter = reporter or LogReporter()
     bad = sorted(set(chosen) - set(SYSTEMS))
     if bad or not chosen:
         raise SpreadrlError(f"--systems: unknown {bad}; choose from {list(SYSTEMS)}")
@@ -607,7 +607,7 @@ def run_trl_bench(
         plan = run_plan(chosen, same_prompt, both_modes, rounds, async_staleness > 0)
         for r, order in enumerate(plan):
             for label in order:
-                progress(f"round {r + 1}: {label} ({shape.steps} steps)")
+                reporter.line(f"round {r + 1}: {label} ({shape.steps} steps)")
                 system = {TRL_INSTRUCTION: "trl", SPREADRL_ASYNC: "spreadrl"}.get(label, label)
                 staleness = async_staleness if label == SPREADRL_ASYNC else 0
                 run_shape = replace(shape, same_prompt=label == "trl", max_staleness=staleness)

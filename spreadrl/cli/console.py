@@ -23,11 +23,17 @@ import logging
 import os
 import sys
 import warnings
+from collections.abc import Iterator
+from contextlib import AbstractContextManager, contextmanager
 
 import typer
+from rich import progress as bars
 from rich.console import Console
 from rich.markup import escape
+from rich.table import Table as RichTable
 from typer.core import TyperCommand, TyperGroup
+
+from spreadrl.reporting import Level, Progress, Table, Unit
 
 # environment variables read by the libraries when they are imported (here or in workers)
 QUIET_ENV = {
@@ -133,3 +139,78 @@ def plain_help(app: typer.Typer) -> typer.Typer:
         if group.typer_instance is not None:
             plain_help(group.typer_instance)
     return app
+
+
+class RichReporter:
+    """The CLI's :class:`spreadrl.reporting.Reporter`: the library's lines, tables and
+    progress bars drawn on a rich console (the library itself renders nothing).
+
+    Lines are printed as written (no markup: a path with brackets keeps them);
+    warnings in yellow; alert rows of a table in red."""
+
+    def __init__(self, console: Console | None = None) -> None:
+        self.console = console or Console()
+
+    def line(self, text: str, *, level: Level = "info") -> None:
+        style = "yellow" if level == "warning" else None
+        self.console.print(text, markup=False, style=style)
+
+    def section(self, title: str) -> None:
+        self.console.rule(f"[bold]{plain(title)}")
+
+    def table(self, table: Table) -> None:
+        self.console.print(rich_table(table))
+
+    def progress(
+        self,
+        label: str,
+        total: int | None,
+        *,
+        unit: Unit = "items",
+        done: int = 0,
+        status: str = "",
+        keep: bool = True,
+    ) -> AbstractContextManager[Progress]:
+        return _rich_bar(self.console, label, total, unit, done, status, keep)
+
+
+def rich_table(table: Table) -> RichTable:
+    """A :class:`spreadrl.reporting.Table` as a rich table (cells printed as written)."""
+    out = RichTable(title=plain(table.title), show_header=table.show_header)
+    for i, name in enumerate(table.columns):
+        right = i < len(table.justify) and table.justify[i] == "right"
+        out.add_column(plain(name), justify="right" if right else "left")
+    for i, row in enumerate(table.rows):
+        out.add_row(*(plain(cell) for cell in row), style="red" if i in table.alerts else None)
+    return out
+
+
+class _RichBar:
+    def __init__(self, bar: bars.Progress, task: bars.TaskID) -> None:
+        self.bar, self.task = bar, task
+
+    def advance(self, amount: int = 1, *, status: str | None = None) -> None:
+        if status is None:
+            self.bar.advance(self.task, amount)
+        else:
+            self.bar.update(self.task, advance=amount, status=status)
+
+
+@contextmanager
+def _rich_bar(
+    console: Console, label: str, total: int | None, unit: Unit, done: int, status: str, keep: bool
+) -> Iterator[Progress]:
+    """Counts: label, bar, done/total, status, time left; bytes: bar, size, speed."""
+    columns: tuple[bars.ProgressColumn, ...]
+    if unit == "bytes":
+        columns = (bars.BarColumn(), bars.DownloadColumn(), bars.TransferSpeedColumn())
+    else:
+        columns = (
+            bars.TextColumn(f"[bold]{plain(label)}"),
+            bars.BarColumn(),
+            bars.MofNCompleteColumn(),
+            bars.TextColumn("{task.fields[status]}", markup=False),
+            bars.TimeRemainingColumn(),
+        )
+    with bars.Progress(*columns, console=console, transient=not keep) as bar:
+        yield _RichBar(bar, bar.add_task(label, total=total, completed=done, status=status))

@@ -7,9 +7,11 @@ from pathlib import Path
 import typer
 
 from spreadrl.cli import data_curate, data_sft
+from spreadrl.cli.console import RichReporter
+from spreadrl.cli.data_info import render_summary
 from spreadrl.data.builtin import builtin_tasks
 from spreadrl.data.importers import copy_tasks, import_spreadsheet_rl, import_spreadsheetbench
-from spreadrl.data.info import render_summary, summarize_tasks
+from spreadrl.data.info import summarize_tasks
 from spreadrl.data.synth import describe_families, synthesize
 from spreadrl.data.task import load_tasks
 from spreadrl.errors import SpreadrlError
@@ -85,7 +87,7 @@ def synth(
         difficulty=_csv(difficulty),
         cases=cases,
         overwrite=overwrite,
-        progress=True,
+        reporter=RichReporter(console),
         check=verify_case,
     )
     console.print(

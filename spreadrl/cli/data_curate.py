@@ -9,7 +9,7 @@ from pathlib import Path
 
 import typer
 
-from spreadrl.cli.console import plain
+from spreadrl.cli.console import RichReporter, plain
 from spreadrl.data import filters
 from spreadrl.data.download import DATASETS, download_dataset
 from spreadrl.data.split import parse_ratios, split_tasks
@@ -94,7 +94,7 @@ def download(
         data_files=data_files or None,
         overwrite=overwrite,
         skip_bad=skip_bad,
-        progress=True,
+        reporter=RichReporter(),
         parser=parser,
     )
     what = "problems" if (report.out / "problems.jsonl").exists() else "tasks"
@@ -194,7 +194,7 @@ def filter_tasks(
         filters.default_order(chosen),
         None if dry_run else out,
         overwrite=overwrite,
-        progress=not as_json,
+        reporter=None if as_json else RichReporter(),
     )
     if as_json:
         typer.echo(json.dumps(report.to_json(), indent=2, ensure_ascii=False))

@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import typer
+from rich.console import Console
 
 
 def demo(
@@ -38,8 +40,7 @@ def demo(
 
       spreadrl demo --smoke --out runs/demo-smoke
     """
-    from rich.console import Console
-
+    from spreadrl.cli.console import RichReporter
     from spreadrl.demo import DemoSettings, run_demo
 
     if smoke:
@@ -54,4 +55,26 @@ def demo(
             eval_samples=eval_samples,
             grpo_config=config,
         )
-    run_demo(settings, Console())
+    console = Console()
+    print_summary(run_demo(settings, RichReporter(console)), console)
+
+
+def print_summary(summary: dict[str, Any], console: Console) -> None:
+    """One short result block, then the command to look at the run (details: summary.md)."""
+    from rich.markup import escape
+    from rich.panel import Panel
+
+    before, after = summary["sft"], summary["grpo"]
+    out = escape(summary["settings"]["out"])  # a path, inside markup lines
+    improved = summary["delta_pass@1"] - summary["delta_ci95"] > 0
+    verdict = "[green]GRPO improved on SFT[/]" if improved else "[yellow]no significant change[/]"
+    minutes = sum(summary["timings_s"].values()) / 60
+    lines = [
+        f"held-out pass@1  SFT {100 * before['pass@1']:.1f}% ± {100 * before['pass@1_ci95']:.1f}"
+        f"  ->  GRPO [bold]{100 * after['pass@1']:.1f}%[/] ± {100 * after['pass@1_ci95']:.1f}",
+        f"change {100 * summary['delta_pass@1']:+.1f} points ± {100 * summary['delta_ci95']:.1f}"
+        f" over {summary['paired_cases']} paired cases: {verdict}",
+        f"{minutes:.1f} min in all; per family and stage: {out}/summary.md",
+        f"look at the run:  [bold cyan]spreadrl view {out}[/]",
+    ]
+    console.print(Panel("\n".join(lines), title="spreadrl demo", expand=False))

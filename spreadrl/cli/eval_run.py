@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any
 
 from rich.console import Console
 
-from spreadrl.cli.console import plain
+from spreadrl.cli.console import RichReporter, plain
 from spreadrl.errors import SpreadrlError
 
 if TYPE_CHECKING:
@@ -92,7 +92,8 @@ def run_eval_command(
     reason = no_episode_started(report)
     if reason is not None:  # 0% of nothing is no measurement
         raise SpreadrlError(f"{reason} (report: {out / 'report.json'})")
-    render_report(report, console, title=f"{spec.backend} on {plain(spec.tasks)}")
+    reporter = RichReporter(console)
+    render_report(report, reporter, title=f"{spec.backend} on {spec.tasks}")
     warning = some_did_not_start(report)
     if warning is not None:
         console.print(f"[yellow]warning[/]: {plain(warning)}", highlight=False)
@@ -150,6 +151,7 @@ def _run(
             samples=samples,
             k_values=sorted({1, samples} | {k for k in (2, 4, 8, 16) if k < samples}),
             batch_size=engine.batch_size,
+            reporter=RichReporter(),
             meta={
                 "model": spec.model,
                 "backend": spec.backend,

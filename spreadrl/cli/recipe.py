@@ -30,7 +30,7 @@ def run_recipe(
     are safe to change (``steps``, logging, checkpoint cadence) differ from its
     ``run.json``; the same settings resume without it.
     """
-    from spreadrl.cli.console import plain
+    from spreadrl.cli.console import RichReporter, plain
     from spreadrl.cli.outdir import TRAINING_RESULTS, removed_if_failed_start
     from spreadrl.cli.resume import print_stopped
     from spreadrl.config import dump_config, load_config
@@ -51,7 +51,7 @@ def run_recipe(
 
             claim_training_folder(cfg, resume_changes=True)
         try:
-            final = train(cfg, console=console)
+            final = train(cfg, reporter=RichReporter(console))
         except RunStopped as stopped:  # SIGINT / SIGTERM: a whole step saved; exit 0
             print_stopped(console, stopped, command, config, overrides or [])
             return

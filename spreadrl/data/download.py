@@ -42,6 +42,7 @@ from spreadrl.data.importers import import_spreadsheet_rl, import_spreadsheetben
 from spreadrl.data.importers.rl_release import ARCHIVE, PARSERS, parquet_name
 from spreadrl.data.importers.rl_release import SPLITS as SRL_SPLITS
 from spreadrl.errors import SpreadrlError
+from spreadrl.reporting import LogReporter, Reporter
 
 log = logging.getLogger(__name__)
 
@@ -257,14 +258,17 @@ def offline_hint(spec: DatasetSpec, split: str, out: Path) -> str:
 # ---------------------------------------------------------------- HTTP download
 
 
-def fetch_url(url: str, dest: Path, *, progress: bool = False, timeout: float = 30.0) -> Path:
+def fetch_url(
+    url: str, dest: Path, *, reporter: Reporter | None = None, timeout: float = 30.0
+) -> Path:
     """Download ``url`` to ``dest`` atomically, resuming a previous partial download.
 
     Bytes go to ``dest.part``; a rerun asks for the rest with a Range request
     (a server that ignores it sends everything and the part file restarts).
     ``dest`` appears only once the body is complete (and matches
     Content-Length when the server sent one). Network and HTTP failures raise
-    SpreadrlError naming the URL.
+    SpreadrlError naming the URL. ``reporter`` shows the bytes as they come (the CLI: a
+    bar that disappears when done; default: nothing).
     """
     import httpx
 
@@ -286,7 +290,7 @@ def fetch_url(url: str, dest: Path, *, progress: bool = False, timeout: float = 
             length = response.headers.get("Content-Length")
             total = have + int(length) if length and length.isdigit() else None
             with part.open("ab" if resumed else "wb") as handle:
-                _stream_body(response.iter_bytes(), handle, dest.name, have, total, progress)
+                _stream_body(response.iter_bytes(), handle, dest.name, have, total, reporter)
     except httpx.HTTPStatusError as exc:
         raise SpreadrlError(f"download of {url} failed: HTTP {exc.response.status_code}") from exc
     except httpx.HTTPError as exc:
@@ -306,25 +310,13 @@ def _stream_body(
     label: str,
     have: int,
     total: int | None,
-    progress: bool,
+    reporter: Reporter | None,
 ) -> None:
-    if not progress:
+    reporter = reporter or LogReporter()
+    with reporter.progress(label, total, unit="bytes", done=have, keep=False) as bar:
         for chunk in chunks:
             handle.write(chunk)
-        return
-    from rich.progress import (
-        BarColumn,
-        DownloadColumn,
-        Progress,
-        TransferSpeedColumn,
-    )
-
-    columns = (BarColumn(), DownloadColumn(), TransferSpeedColumn())
-    with Progress(*columns, transient=True) as bar:
-        task = bar.add_task(label, total=total, completed=have)
-        for chunk in chunks:
-            handle.write(chunk)
-            bar.advance(task, len(chunk))
+            bar.advance(len(chunk))
 
 
 # ---------------------------------------------------------------- safe unpacking
@@ -384,7 +376,12 @@ def find_archive_root(unpacked: Path, spec: DatasetSpec) -> Path:
 
 
 def _download_archive(
-    spec: DatasetSpec, out: Path, cache: Path, endpoint: str | None, progress: bool, **imp: bool
+    spec: DatasetSpec,
+    out: Path,
+    cache: Path,
+    endpoint: str | None,
+    reporter: Reporter | None,
+    **imp: bool,
 ) -> DownloadReport:
     base = (endpoint or os.environ.get("SPREADRL_ARCHIVE_ENDPOINT") or SB_BASE_URL).rstrip("/")
     url = f"{base}/{spec.archive}"
@@ -396,7 +393,7 @@ def _download_archive(
                 + offline_hint(spec, "test", out)
             )
         try:
-            fetch_url(url, local, progress=progress)
+            fetch_url(url, local, reporter=reporter)
         except SpreadrlError as exc:
             raise SpreadrlError(f"{exc}. Offline? {offline_hint(spec, 'test', out)}") from exc
     unpacked = cache / spec.name / "unpacked"
@@ -435,7 +432,7 @@ def _hub_files(
     cache: Path,
     endpoint: str | None,
     data_files: Sequence[Path] | None,
-    progress: bool,
+    reporter: Reporter | None,
 ) -> tuple[Any, list[Path] | None, str]:
     """(rows as a datasets.Dataset or None, local files or None, where they came from)."""
     if data_files:
@@ -455,7 +452,7 @@ def _hub_files(
                     + offline_hint(spec, split, out)
                 )
             try:
-                fetch_url(url, local, progress=progress)
+                fetch_url(url, local, reporter=reporter)
             except SpreadrlError as exc:
                 raise SpreadrlError(f"{exc}. Offline? {offline_hint(spec, split, out)}") from exc
         return None, [local], url
@@ -537,7 +534,7 @@ def _release_files(
     cache: Path,
     endpoint: str | None,
     data_files: Sequence[Path] | None,
-    progress: bool,
+    reporter: Reporter | None,
 ) -> tuple[Path, Path | None, str]:
     """(parquet, zip, origin) of one released split: local files, a plain mirror or the Hub."""
     if data_files:
@@ -557,7 +554,7 @@ def _release_files(
                         f"offline mode is on and {local} is not in the cache; {hint}"
                     )
                 try:
-                    fetch_url(f"{base}/{name}", local, progress=progress)
+                    fetch_url(f"{base}/{name}", local, reporter=reporter)
                 except SpreadrlError as exc:
                     raise SpreadrlError(f"{exc}. Offline? {hint}") from exc
             paths.append(local)
@@ -620,7 +617,7 @@ def download_dataset(
     data_files: Sequence[Path] | None = None,
     overwrite: bool = False,
     skip_bad: bool = False,
-    progress: bool = False,
+    reporter: Reporter | None = None,
     parser: str | None = None,
 ) -> DownloadReport:
     """Download dataset ``name`` (a key of :data:`DATASETS`) and write it to ``out``.
@@ -632,7 +629,8 @@ def download_dataset(
     ``{endpoint}/{repo_id}/{split}.jsonl``); ``data_files`` are local copies of
     a hub split (Spreadsheet-RL: its parquet file, and the zip unless it lies
     beside it) and skip the network. ``parser`` picks Spreadsheet-RL's
-    parquet variant (hermes, the default, or qwen3_coder).
+    parquet variant (hermes, the default, or qwen3_coder). ``reporter`` shows each
+    file's download (default: nothing shown).
     """
     if name not in DATASETS:
         raise SpreadrlError(f"unknown dataset {name!r}; known: {', '.join(DATASETS)}")
@@ -648,14 +646,14 @@ def download_dataset(
                 "`spreadrl data import --from spreadsheetbench DIR --out OUT`"
             )
         return _download_archive(
-            spec, out, cache, endpoint, progress, skip_bad=skip_bad, overwrite=overwrite
+            spec, out, cache, endpoint, reporter, skip_bad=skip_bad, overwrite=overwrite
         )
     if spec.kind == "hub-release":
         parser = parser or PARSERS[0]
         if parser not in PARSERS:
             raise SpreadrlError(f"--parser {parser!r}: expected one of {', '.join(PARSERS)}")
         parquet, archive, origin = _release_files(
-            spec, split, parser, out, cache, endpoint, data_files, progress
+            spec, split, parser, out, cache, endpoint, data_files, reporter
         )
         report = import_spreadsheet_rl(
             parquet,
@@ -668,7 +666,7 @@ def download_dataset(
         )
         skipped = [f"{p.task_id}: {p.message}" for p in report.skipped]
         return DownloadReport(spec.name, split, out, report.imported, origin, skipped)
-    rows, files, origin = _hub_files(spec, split, out, cache, endpoint, data_files, progress)
+    rows, files, origin = _hub_files(spec, split, out, cache, endpoint, data_files, reporter)
     return _download_problems(
         spec, split, out, rows if files is None else _load_local(files, cache), origin, overwrite
     )

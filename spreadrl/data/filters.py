@@ -33,6 +33,7 @@ from spreadrl.data.importers import copy_tasks
 from spreadrl.data.importers.common import check_paths
 from spreadrl.data.task import Task, TaskSet
 from spreadrl.errors import SpreadrlError
+from spreadrl.reporting import LogReporter, Reporter
 
 log = logging.getLogger(__name__)
 
@@ -325,7 +326,7 @@ def apply_filters(
     out: Path | None = None,
     *,
     overwrite: bool = False,
-    progress: bool = False,
+    reporter: Reporter | None = None,
 ) -> FilterReport:
     """Run ``filters`` in order over ``task_set``; with ``out``, write the kept tasks there.
 
@@ -333,7 +334,7 @@ def apply_filters(
     ``filter_report.json``); a non-empty ``out`` is refused unless ``overwrite``.
     Tasks that ``load_tasks(..., skip_bad=True)`` could not read (``task_set.problems``)
     are reported as removed by ``load``. Each removed task carries the first reason
-    found (later filters do not run on it).
+    found (later filters do not run on it). ``reporter`` shows the progress (default: none).
     """
     if out is not None:
         check_paths(task_set.root, Path(out), overwrite=overwrite)
@@ -347,16 +348,12 @@ def apply_filters(
         report.counts[kind] = report.counts.get(kind, 0) + 1
         report.removed[problem.task_id] = [f"{kind}: {problem.message}"]
     kept: list[Task] = []
-    for task in _iterate(task_set.tasks, progress):
-        for flt in filters:
-            reason = flt.check(task)
-            if reason is not None:
-                report.removed[task.id] = [f"{flt.name}: {reason}"]
-                report.counts[flt.name] += 1
-                log.info("drop %s (%s): %s", task.id, flt.name, reason)
-                break
-        else:
-            kept.append(task)
+    reporter = reporter or LogReporter()
+    with reporter.progress("filtering", len(task_set.tasks), keep=False) as bar:
+        for task in task_set.tasks:
+            if _passes(task, filters, report):
+                kept.append(task)
+            bar.advance()
     report.kept = [task.id for task in kept]
     if out is not None:
         written = copy_tasks(TaskSet(root=task_set.root, tasks=kept), Path(out), overwrite=True)
@@ -365,10 +362,13 @@ def apply_filters(
     return report
 
 
-def _iterate(tasks: list[Task], progress: bool) -> Iterable[Task]:
-    if not progress:
-        yield from tasks
-        return
-    from rich.progress import track
-
-    yield from track(tasks, description="filtering", transient=True)
+def _passes(task: Task, filters: Sequence[Filter], report: FilterReport) -> bool:
+    """Whether ``task`` passes every filter; the first that removes it is recorded."""
+    for flt in filters:
+        reason = flt.check(task)
+        if reason is not None:
+            report.removed[task.id] = [f"{flt.name}: {reason}"]
+            report.counts[flt.name] += 1
+            log.info("drop %s (%s): %s", task.id, flt.name, reason)
+            return False
+    return True

@@ -12,11 +12,9 @@ from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
-from rich.console import Console
-from rich.table import Table
-
 from spreadrl.errors import SpreadrlError
 from spreadrl.eval.passk import mean_pass_at_k, pass1_interval
+from spreadrl.reporting import Reporter, Table
 from spreadrl.rollout.types import Trajectory
 
 
@@ -166,11 +164,19 @@ def build_report(
     return report
 
 
-def render_report(report: dict[str, Any], console: Console, title: str = "Evaluation") -> None:
-    """A rich summary table plus the per-family breakdown."""
-    table = Table(title=title, show_header=True)
-    table.add_column("metric")
-    table.add_column("value", justify="right")
+def render_report(report: dict[str, Any], reporter: Reporter, title: str = "Evaluation") -> None:
+    """The summary table, the first errors, then the breakdowns, told to ``reporter``
+    (the CLI draws them as rich tables)."""
+    reporter.table(summary_table(report, title))
+    for item in report.get("errors", [])[:5]:
+        reporter.line(f"  error in {item['episode']}: {item['error']}")
+    for table in breakdown_tables(report):
+        reporter.table(table)
+
+
+def summary_table(report: dict[str, Any], title: str) -> Table:
+    """One row per headline figure; the episode-error count, when not zero, as an alert."""
+    table = Table(title, ("metric", "value"), justify=("left", "right"))
     table.add_row(
         "episodes (cases x samples)",
         f"{report['episodes']} ({report['cases']} x {report['samples_per_case']})",
@@ -191,10 +197,13 @@ def render_report(report: dict[str, Any], console: Console, title: str = "Evalua
     if "wall_s" in report:
         table.add_row("wall time", f"{report['wall_s']:.1f} s")
     if report.get("episode_errors"):
-        table.add_row("[red]episode errors[/]", f"[red]{report['episode_errors']}[/]")
-    console.print(table)
-    for item in report.get("errors", [])[:5]:
-        console.print(f"  error in {item['episode']}: {item['error']}", markup=False)
+        table.add_row("episode errors", str(report["episode_errors"]), alert=True)
+    return table
+
+
+def breakdown_tables(report: dict[str, Any]) -> list[Table]:
+    """pass@1 by instruction type, family and difficulty: each that has more than one row."""
+    tables = []
     for key, label in (
         ("by_instruction_type", "instruction type"),
         ("by_family", "family"),
@@ -203,13 +212,12 @@ def render_report(report: dict[str, Any], console: Console, title: str = "Evalua
         rows = report.get(key) or {}
         if len(rows) <= 1:
             continue
-        sub = Table(title=f"pass@1 by {label}")
-        sub.add_column(label)
-        sub.add_column("episodes", justify="right")
-        sub.add_column("pass@1", justify="right")
+        figures = ("left", "right", "right")
+        sub = Table(f"pass@1 by {label}", (label, "episodes", "pass@1"), justify=figures)
         for name, row in rows.items():
             sub.add_row(name, str(row["episodes"]), f"{100 * row['pass@1']:.1f}%")
-        console.print(sub)
+        tables.append(sub)
+    return tables
 
 
 COMPARED = ("pass@1", "soft", "hard", "mean_turns", "mean_tool_calls", "tool_error_rate")

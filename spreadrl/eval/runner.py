@@ -20,6 +20,7 @@ from spreadrl.config import config_to_dict
 from spreadrl.data.task import TaskSet
 from spreadrl.env.config import EnvConfig
 from spreadrl.eval.report import build_report
+from spreadrl.reporting import LogReporter, Reporter
 from spreadrl.rollout.chat import EpisodeChat
 from spreadrl.rollout.config import RolloutConfig
 from spreadrl.rollout.policy import Policy
@@ -109,22 +110,16 @@ def run_eval(
     samples: int = 1,
     k_values: Sequence[int] = (1,),
     batch_size: int = 64,
-    progress: bool = True,
+    reporter: Reporter | None = None,
     meta: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
     """Evaluate and return the report (also written to ``out_dir/report.json``).
 
     ``cfg`` is the recipe's ``rollout`` section; ``run`` the seed and prompt
     budget (the workbooks are kept under ``out_dir/outputs``). The tokenizer's
-    chat format is read once here, for every batch of the evaluation."""
-    from rich.progress import (
-        BarColumn,
-        MofNCompleteColumn,
-        Progress,
-        TextColumn,
-        TimeRemainingColumn,
-    )
-
+    chat format is read once here, for every batch of the evaluation. ``reporter``
+    shows the progress (the CLI: a bar with the pass rate so far; default: none)."""
+    reporter = reporter or LogReporter()
     out_dir.mkdir(parents=True, exist_ok=True)
     run = replace(run or RunValues(), keep_outputs_dir=str(out_dir / "outputs"))
     chat = EpisodeChat.of(tokenizer) if tokenizer is not None else None
@@ -140,18 +135,10 @@ def run_eval(
     started = time.perf_counter()
     timings: dict[str, float] = {}
     passed = 0
-    columns = (
-        TextColumn("[bold]eval"),
-        BarColumn(),
-        MofNCompleteColumn(),
-        TextColumn("pass {task.fields[rate]}"),
-        TimeRemainingColumn(),
-    )
     with (
-        Progress(*columns, disable=not progress, transient=False) as bar,
+        reporter.progress("eval", len(jobs), status="pass -") as bar,
         (out_dir / TRAJECTORIES).open("a") as sink,
     ):
-        task_id = bar.add_task("eval", total=len(jobs), rate="-")
         try:
             for index in range(0, len(jobs), batch_size):
                 chunk = jobs[index : index + batch_size]
@@ -164,7 +151,7 @@ def run_eval(
                 for k, v in result.timings.items():
                     timings[k] = timings.get(k, 0.0) + v
                 finished = index + len(chunk)
-                bar.update(task_id, completed=finished, rate=f"{100 * passed / finished:.1f}%")
+                bar.advance(len(chunk), status=f"pass {100 * passed / finished:.1f}%")
         finally:
             sink.flush()
             report = build_report(

@@ -21,13 +21,13 @@ from contextlib import ExitStack
 from dataclasses import replace
 from pathlib import Path
 
-from rich.console import Console
 from transformers import PreTrainedTokenizerBase
 
 from spreadrl.data.sources import resolve_tasks
 from spreadrl.data.task import TaskSet
 from spreadrl.env.factory import make_env_pool
 from spreadrl.errors import ConfigError, RunHalted
+from spreadrl.reporting import LogReporter, Reporter
 from spreadrl.rollout.chat import EpisodeChat
 from spreadrl.rollout.runner import EnvPoolLike
 from spreadrl.train.checkpoint import TrainerState, resume_trainer_state
@@ -55,7 +55,7 @@ from spreadrl.train.trained_model import build_policy
 def train_grpo(
     cfg: GRPOConfig,
     *,
-    console: Console | None = None,
+    reporter: Reporter | None = None,
     pool: EnvPoolLike | None = None,
     tasks: TaskSet | None = None,
     eval_tasks: TaskSet | None = None,
@@ -64,11 +64,12 @@ def train_grpo(
 
     ``pool`` and ``tasks`` default to what the config names; pass them to reuse an
     environment pool or to train on tasks built in code; ``eval_tasks`` the held-out
-    set of ``eval.every_steps`` (default: ``eval.tasks``). Raises RunStopped (SIGINT
+    set of ``eval.every_steps`` (default: ``eval.tasks``); ``reporter`` gets the step
+    lines (default: logged). Raises RunStopped (SIGINT
     or SIGTERM on any rank: saved after a whole step, resumed by the same command)
     and RunHalted (too many crashed episodes, or steps that kept no group).
     """
-    run = Run.start(cfg, console or Console(), seed_per_rank=True)
+    run = Run.start(cfg, reporter or LogReporter(), seed_per_rank=True)
     info, compute = run.info, run.precision.compute
     try:
         check_grpo(cfg, info)
@@ -161,7 +162,7 @@ def open_rollout_source(
         model,
         tokenizer,
         info,
-        run.console,
+        run.reporter,
         max_prompt_tokens=cfg.data.max_prompt_tokens,
         seed=cfg.seed,
     )

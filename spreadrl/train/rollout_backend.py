@@ -13,10 +13,10 @@ import contextlib
 import logging
 from collections.abc import Iterator
 
-from rich.console import Console
 from torch import nn
 from transformers import PreTrainedTokenizerBase
 
+from spreadrl.reporting import Reporter
 from spreadrl.rollout.colocate import ColocatedRollouts
 from spreadrl.rollout.config import RolloutConfig
 from spreadrl.rollout.hf_policy import HFPolicy, stop_token_ids
@@ -35,7 +35,7 @@ def build_rollout_policy(
     model: nn.Module,
     tokenizer: PreTrainedTokenizerBase,
     info: DistInfo,
-    console: Console,
+    reporter: Reporter,
     *,
     max_prompt_tokens: int,
     seed: int,
@@ -85,7 +85,7 @@ def build_rollout_policy(
         )
         log.info(line)
         if info.is_main:
-            console.print(line, highlight=False)
+            reporter.line(line)
         return engine, ColocatedRollouts(engine, sync=sync)
     policy = HFPolicy(model, tokenizer, max_batch_size=batch, static_cache=rollout.hf_static_cache)
     return policy, None

@@ -9,7 +9,6 @@ from pathlib import Path
 
 import numpy as np
 import torch
-from rich.console import Console
 from torch import nn
 from torch.optim import Optimizer
 from torch.optim.lr_scheduler import LRScheduler
@@ -17,6 +16,7 @@ from transformers import PreTrainedTokenizerBase
 
 from spreadrl.config import config_to_dict, dump_config
 from spreadrl.errors import RunStopped, SpreadrlError
+from spreadrl.reporting import Reporter
 from spreadrl.train.checkpoint import (
     checkpoint_folder,
     checkpoint_step,
@@ -59,14 +59,14 @@ class Run:
     info: DistInfo
     precision: Precision  # the run's dtypes: weights loaded in, compute in
     out: Path
-    console: Console
+    reporter: Reporter  # where the run's lines go (the CLI's console)
     checkpoint: CheckpointConfig
     ckpt_root: Path
     resume_from: Path | None
     metrics: MetricsLog
 
     @classmethod
-    def start(cls, cfg: RecipeConfig, console: Console, *, seed_per_rank: bool = False) -> Run:
+    def start(cls, cfg: RecipeConfig, reporter: Reporter, *, seed_per_rank: bool = False) -> Run:
         """Join the process group, write ``config.yaml``, seed, resolve the run's precision,
         find the resume point.
 
@@ -89,14 +89,14 @@ class Run:
         root = Path(cfg.checkpoint.dir) if cfg.checkpoint.dir else out / "checkpoints"
         resume_from = latest_checkpoint(root)
         if resume_from is not None and info.is_main:
-            console.print(f"resuming from {resume_from} at step {checkpoint_step(resume_from)}")
+            reporter.line(f"resuming from {resume_from} at step {checkpoint_step(resume_from)}")
         if info.is_main:  # the steps after the checkpoint are logged again: no row twice
             cut_back_logs(out, checkpoint_step(resume_from) if resume_from else 0)
         return cls(
             info=info,
             precision=resolve_precision(cfg.model.dtype, device, lora=cfg.model.lora.enabled),
             out=out,
-            console=console,
+            reporter=reporter,
             checkpoint=cfg.checkpoint,
             ckpt_root=root,
             resume_from=resume_from,

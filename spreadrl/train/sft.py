@@ -14,12 +14,12 @@ from collections.abc import Callable
 from pathlib import Path
 
 import torch
-from rich.console import Console
 from torch import nn
 from torch.optim import Optimizer
 from torch.optim.lr_scheduler import LRScheduler
 from transformers import PreTrainedTokenizerBase
 
+from spreadrl.reporting import LogReporter, Reporter
 from spreadrl.train.batching import (
     MIN_SHARED_PREFIX,
     Sample,
@@ -124,7 +124,7 @@ def dropped_line(dropped: int, limit: int, max_length: int) -> str:
 
 
 def sft_step_line(step: int, steps: int, metrics: dict[str, float]) -> str:
-    """The SFT step's console line."""
+    """The SFT step's line (printed by the reporter)."""
     return (
         f"sft step {step:>5}/{steps}  loss {metrics['loss']:.4f}  "
         f"gnorm {metrics['grad_norm']:.3f}  lr {metrics['lr']:.2e}  "
@@ -135,7 +135,7 @@ def sft_step_line(step: int, steps: int, metrics: dict[str, float]) -> str:
 def train_sft(
     cfg: SFTConfig,
     *,
-    console: Console | None = None,
+    reporter: Reporter | None = None,
     on_step: Callable[[int, nn.Module, PreTrainedTokenizerBase], bool] | None = None,
     shared_prefix: bool | None = None,
 ) -> Path:
@@ -154,10 +154,10 @@ def train_sft(
             step, saved as a checkpoint that the same command resumes from
             (see :class:`spreadrl.train.signals.StopSignals`).
     """
-    console = console or Console()
+    reporter = reporter or LogReporter()
     if shared_prefix is None:
         shared_prefix = cfg.shared_prefix
-    run = Run.start(cfg, console)
+    run = Run.start(cfg, reporter)
     info = run.info
     model, tokenizer = build_model(cfg.model, run.precision, info.device, path=run.resume_from)
     pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0
@@ -167,7 +167,7 @@ def train_sft(
     limit = min(cfg.max_length, context)
     data = load_sft_dataset(Path(cfg.data.path), tokenizer, limit)
     if data.dropped_too_long:
-        console.print(f"[yellow]{dropped_line(data.dropped_too_long, limit, cfg.max_length)}[/]")
+        reporter.line(dropped_line(data.dropped_too_long, limit, cfg.max_length), level="warning")
     steps = cfg.total_steps(len(data.samples))
     compute = run.precision.compute
     shard_model(model, info, compute_dtype=compute, cpu_offload=cfg.model.cpu_offload)
@@ -198,7 +198,7 @@ def train_sft(
                 run.metrics.log(step, metrics)
             every = max(1, cfg.logging.every_steps)
             if info.is_main and (step == 1 or step % every == 0 or step == steps):
-                console.print(sft_step_line(step, steps, metrics))
+                reporter.line(sft_step_line(step, steps, metrics))
             extra: dict[str, object] = {"order": order.state()}
             saved = run.maybe_save(step, parts, extra)
             if step < steps and (signal_name := signals.requested(info)):

@@ -150,9 +150,9 @@ def report_step(
     run.metrics.log(step, metrics)
     save_step_trajectories(run.out, step, trajs, reward_terms, logging.trajectories_per_step)
     if step % max(1, logging.every_steps) == 0 or step == total:
-        run.console.print(line)
+        run.reporter.line(line)
     if "eval/pass@1" in metrics:
-        run.console.print(
+        run.reporter.line(
             f"eval step {step:>4}: held-out pass@1 {100 * metrics['eval/pass@1']:.1f}% "
             f"over {int(metrics['eval/episodes'])} episodes ({metrics['eval_s']:.1f} s)"
         )

@@ -72,18 +72,19 @@ def test_verbose_is_a_global_flag(tmp_path):
 def test_the_demo_ends_with_one_block_and_the_viewer_command():
     from rich.console import Console
 
-    from spreadrl.demo import _print_summary
+    from spreadrl.cli.demo import print_summary
 
-    report = {"pass@1": 0.25, "pass@1_ci95": 0.05}
     summary = {
         "settings": {"out": "runs/demo"},
+        "sft": {"pass@1": 0.25, "pass@1_ci95": 0.05},
+        "grpo": {"pass@1": 0.375, "pass@1_ci95": 0.06},
         "delta_pass@1": 0.125,
         "delta_ci95": 0.05,
         "paired_cases": 64,
         "timings_s": {"sft": 60.0, "grpo": 120.0},
     }
     console = Console(record=True, width=120)
-    _print_summary(summary, report, {"pass@1": 0.375, "pass@1_ci95": 0.06}, console)
+    print_summary(summary, console)
     text = console.export_text()
     assert "SFT 25.0% ± 5.0  ->  GRPO 37.5% ± 6.0" in text
     assert "+12.5 points ± 5.0 over 64 paired cases: GRPO improved on SFT" in text

@@ -12,7 +12,9 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import pytest
+from rich.console import Console
 
+from spreadrl.cli.console import RichReporter
 from spreadrl.data.download import (
     DATASETS,
     PROBLEMS_FILE,
@@ -138,7 +140,7 @@ def test_fetch_resumes_a_cut_download_with_a_range_request(server, tmp_path):
         fetch_url(f"{server.url}/big.bin", dest)
     assert not dest.exists()  # never a half-written file under the final name
     assert (tmp_path / "big.bin.part").stat().st_size == 10_000
-    fetch_url(f"{server.url}/big.bin", dest, progress=True)
+    fetch_url(f"{server.url}/big.bin", dest, reporter=RichReporter(Console(file=io.StringIO())))
     assert dest.read_bytes() == body
     assert server.requests[-1] == ("/big.bin", "bytes=10000-")
     assert not (tmp_path / "big.bin.part").exists()

@@ -7,7 +7,8 @@ import json
 
 from rich.console import Console
 
-from spreadrl.data.info import render_summary, summarize_tasks
+from spreadrl.cli.data_info import render_summary
+from spreadrl.data.info import summarize_tasks
 from spreadrl.data.task import CELL_LEVEL, SHEET_LEVEL, load_tasks
 from tests.data.fake_sources import save, write_index
 

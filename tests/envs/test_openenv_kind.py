@@ -21,7 +21,6 @@ from pathlib import Path
 
 import httpx
 import pytest
-from rich.console import Console
 
 from spreadrl.config import load_config
 from spreadrl.data.task import load_tasks
@@ -91,12 +90,11 @@ def _metrics(out: Path) -> list[dict]:
 def test_grpo_on_the_openenv_server_matches_the_gym_on_the_same_seed(
     openenv_url, tasks_dir, tiny_model_dir, tmp_path
 ):
-    quiet = Console(quiet=True)
     data = f"data.train_tasks={tasks_dir}"
     gym = ["env.tools=[write_range,inspect_range]", data]
     remote = ["env.kind=openenv", f"env.url={openenv_url}", data]
-    train_grpo(_grpo_cfg(tiny_model_dir, tmp_path / "gym", gym), console=quiet)
-    train_grpo(_grpo_cfg(tiny_model_dir, tmp_path / "openenv", remote), console=quiet)
+    train_grpo(_grpo_cfg(tiny_model_dir, tmp_path / "gym", gym))
+    train_grpo(_grpo_cfg(tiny_model_dir, tmp_path / "openenv", remote))
     for run in ("gym", "openenv"):
         trajectories = (tmp_path / run / "trajectories.jsonl").read_text().splitlines()
         errors = [json.loads(line)["error"] for line in trajectories]

@@ -48,9 +48,7 @@ def test_the_report_counts_generated_tokens_of_a_token_level_policy(tiny_model, 
     call = format_tool_call("write_range", {"range": "A1", "values": 42})
     policy = CountingPolicy(tok, [call, "Done."])
     tasks = TaskSet(Path("."), [make_task()])
-    report = run_eval(
-        tasks, policy, FakePool(), RolloutConfig(), tmp_path, tokenizer=tok, progress=False
-    )
+    report = run_eval(tasks, policy, FakePool(), RolloutConfig(), tmp_path, tokenizer=tok)
     assert report["episodes"] == 1 and report["pass@1"] == 1.0
     assert report["mean_generated_tokens"] == policy.sampled > 0
     saved = json.loads((tmp_path / "trajectories.jsonl").read_text().splitlines()[0])

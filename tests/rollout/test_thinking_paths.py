@@ -502,9 +502,7 @@ def test_eval_gives_turn_2_the_rollouts_ids(
     texts, reference = two_turns
     policy = sampler(thinking_tokenizer, texts)
     cfg = RolloutConfig(scheduler=scheduler)
-    run_eval(
-        task_set(), policy, Pool(), cfg, tmp_path, tokenizer=thinking_tokenizer, progress=False
-    )
+    run_eval(task_set(), policy, Pool(), cfg, tmp_path, tokenizer=thinking_tokenizer)
     assert_contexts(policy, reference)
     (row,) = [
         json.loads(line) for line in (tmp_path / "trajectories.jsonl").read_text().splitlines()

@@ -18,7 +18,6 @@ from pathlib import Path
 
 import pytest
 import torch
-from rich.console import Console
 from safetensors.torch import load_file
 
 import spreadrl.train.async_steps as async_steps
@@ -126,7 +125,6 @@ def test_max_staleness_zero_never_builds_the_producer_and_is_bit_reproducible(
         extra = ("rollout.max_staleness=0",) if name == "a" else ()
         final = grpo.train_grpo(
             _cfg(tiny_model_dir, out, 2, extra),
-            console=Console(quiet=True),
             pool=FakePool(),
             tasks=_tasks(),
         )
@@ -147,7 +145,7 @@ def test_max_staleness_one_trains_on_stale_rollouts_with_the_corrected_loss(
     # two PPO epochs: the proximal log-probs get their own pass at the start of the update
     extra = ("rollout.max_staleness=1", "loss.tis=false", "optim.ppo_epochs=2")
     cfg = _cfg(tiny_model_dir, out, steps, extra)
-    final = grpo.train_grpo(cfg, console=Console(quiet=True), pool=FakePool(), tasks=_tasks())
+    final = grpo.train_grpo(cfg, pool=FakePool(), tasks=_tasks())
     assert (final / "model.safetensors").exists()
     metrics = _metrics(out)
     assert [m["step"] for m in metrics] == [1, 2, 3]
@@ -184,7 +182,6 @@ def test_ctrl_c_stops_the_producer_and_the_resumed_run_draws_the_in_flight_promp
     with pytest.raises(RunStopped):
         grpo.train_grpo(
             _cfg(tiny_model_dir, out, 3, extra),
-            console=Console(quiet=True),
             pool=FakePool(),
             tasks=tasks,
         )
@@ -196,7 +193,6 @@ def test_ctrl_c_stops_the_producer_and_the_resumed_run_draws_the_in_flight_promp
     monkeypatch.undo()
     grpo.train_grpo(
         _cfg(tiny_model_dir, out, 3, extra),
-        console=Console(quiet=True),
         pool=FakePool(),
         tasks=tasks,
     )

@@ -4,7 +4,6 @@ import json
 from pathlib import Path
 
 import pytest
-from rich.console import Console
 
 from spreadrl.config import load_config
 from spreadrl.env.config import EnvConfig
@@ -32,13 +31,11 @@ def test_sft_then_grpo_tcr_on_builtin_code_tasks(tiny_model_dir, tmp_path):
             pool,
             RolloutConfig(max_turns=4),
             tmp_path / "oracle",
-            progress=False,
         )
     rows = trajectories_to_sft_rows(read_trajectories(tmp_path / "oracle"))
     assert len(rows) == len(train.episodes())  # every reference answer passes the grader
     sft_path = tmp_path / "sft.jsonl"
     sft_path.write_text("".join(json.dumps(r) + "\n" for r in rows))
-    quiet = Console(quiet=True)
     sft = train_sft(
         load_config(
             SFTConfig,
@@ -52,7 +49,6 @@ def test_sft_then_grpo_tcr_on_builtin_code_tasks(tiny_model_dir, tmp_path):
                 "device=cpu",
             ],
         ),
-        console=quiet,
     )
     cfg = load_config(
         GRPOConfig,
@@ -77,7 +73,7 @@ def test_sft_then_grpo_tcr_on_builtin_code_tasks(tiny_model_dir, tmp_path):
             "data.max_prompt_tokens=0",
         ],
     )
-    final = train_grpo(cfg, console=quiet)
+    final = train_grpo(cfg)
     metrics = [
         json.loads(line) for line in (tmp_path / "grpo" / "metrics.jsonl").read_text().splitlines()
     ]

@@ -21,6 +21,7 @@ import pytest
 import torch
 from rich.console import Console
 
+from spreadrl.cli.console import RichReporter
 from spreadrl.config import load_config
 from spreadrl.data.task import TaskSet
 from spreadrl.env.pool import EnvPool
@@ -145,9 +146,9 @@ def test_grpo_drops_the_crashed_group_counts_it_and_stops_above_the_limit(
     spy = _Spy(monkeypatch)
     out = tmp_path / "tolerant"
     text = io.StringIO()
-    console = Console(file=text, width=200)
+    reporter = RichReporter(Console(file=text, width=200))
     cfg = _cfg(tiny_model_dir, out, extra=["sampling.max_crashed_fraction=0.2"])
-    train_grpo(cfg, console=console, pool=CrashingPool(), tasks=_tasks("t1"))
+    train_grpo(cfg, reporter=reporter, pool=CrashingPool(), tasks=_tasks("t1"))
     (m,) = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
     # 2 groups of 4; one episode of group 0 crashed: its group (4) is not trained
     assert (m["episode_errors"], m["groups_kept"], m["trained_sequences"]) == (1, 1, 4)
@@ -158,7 +159,7 @@ def test_grpo_drops_the_crashed_group_counts_it_and_stops_above_the_limit(
     strict = tmp_path / "strict"  # the default limit: 1 of 8 is too many
     with caplog.at_level(logging.ERROR), pytest.raises(RunHalted) as halted:
         train_grpo(
-            _cfg(tiny_model_dir, strict), console=console, pool=CrashingPool(), tasks=_tasks("t1")
+            _cfg(tiny_model_dir, strict), reporter=reporter, pool=CrashingPool(), tasks=_tasks("t1")
         )
     message = str(halted.value)
     assert "\n" not in message and "step 1: 1 of 8 episodes crashed" in message
@@ -180,7 +181,7 @@ def test_steps_that_keep_no_group_say_so_and_stop_the_run(tiny_model_dir, tmp_pa
     with pytest.raises(RunHalted) as halted:  # every episode passes: no group has signal
         train_grpo(
             cfg,
-            console=Console(file=text, width=200),
+            reporter=RichReporter(Console(file=text, width=200)),
             pool=ScriptedRewardPool(flat={"t1"}),
             tasks=_tasks("t1"),
         )

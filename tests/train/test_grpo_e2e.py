@@ -4,7 +4,6 @@ import json
 from pathlib import Path
 
 import pytest
-from rich.console import Console
 
 from spreadrl.config import load_config
 from spreadrl.data.task import TaskSet
@@ -48,11 +47,8 @@ def _metrics(out):
 @pytest.mark.slow
 def test_grpo_runs_logs_and_resumes_to_the_same_next_step(tiny_model_dir, tmp_path):
     tasks = TaskSet(Path("."), [make_task()])
-    quiet = Console(quiet=True)
     straight = tmp_path / "straight"
-    final = train_grpo(
-        _cfg(tiny_model_dir, straight, 3), console=quiet, pool=FakePool(), tasks=tasks
-    )
+    final = train_grpo(_cfg(tiny_model_dir, straight, 3), pool=FakePool(), tasks=tasks)
     assert (final / "config.json").exists() and (straight / "config.yaml").exists()
     full = _metrics(straight)
     assert [m["step"] for m in full] == [1, 2, 3]
@@ -62,13 +58,12 @@ def test_grpo_runs_logs_and_resumes_to_the_same_next_step(tiny_model_dir, tmp_pa
     resumed = tmp_path / "resumed"
     train_grpo(
         _cfg(tiny_model_dir, resumed, 2, ["checkpoint.every_steps=1"]),
-        console=quiet,
         pool=FakePool(),
         tasks=tasks,
     )
     longer = _cfg(tiny_model_dir, resumed, 3, ["checkpoint.every_steps=1"])
     claim_training_folder(longer, resume_changes=True)  # what `spreadrl grpo --resume` does
-    train_grpo(longer, console=quiet, pool=FakePool(), tasks=tasks)
+    train_grpo(longer, pool=FakePool(), tasks=tasks)
     again = _metrics(resumed)
     assert [m["step"] for m in again] == [1, 2, 3]
     for key in ("loss", "reward_mean", "response_tokens", "grad_norm"):

@@ -20,7 +20,6 @@ from pathlib import Path
 
 import pytest
 import torch
-from rich.console import Console
 
 from spreadrl.config import load_config
 from spreadrl.data.task import TaskSet
@@ -32,8 +31,6 @@ from spreadrl.train.grpo import train_grpo
 from spreadrl.train.scoring import compute_logprobs
 from tests.rollout.fakes import FakePool, make_task
 from tests.train.update_args import logprob_args
-
-QUIET = Console(quiet=True)
 
 
 def _cfg(model_dir, out, steps=1, extra=()):
@@ -127,7 +124,6 @@ def test_kl_reference_is_the_step0_policy_and_kl_grows(tiny_model_dir, tmp_path,
         extra += ["model.lora.enabled=true", "model.lora.r=4", "model.lora.alpha=8"]
     train_grpo(
         _cfg(tiny_model_dir, tmp_path, 2, extra),
-        console=QUIET,
         pool=ScriptedRewardPool(),
         tasks=_tasks(),
     )
@@ -171,7 +167,7 @@ def test_tis_weights_scale_the_gradient_and_are_capped(tiny_model_dir, tmp_path,
     # plain one times the weight, so the pre-clip grad norm scales by exactly that.
     pool, tasks = ScriptedRewardPool, _tasks
     plain = tmp_path / "plain"
-    train_grpo(_cfg(tiny_model_dir, plain), console=QUIET, pool=pool(), tasks=tasks())
+    train_grpo(_cfg(tiny_model_dir, plain), pool=pool(), tasks=tasks())
     base = _metrics(plain)[0]["grad_norm"]
     assert base > 0
     for shift, weight in ((math.log(1.5), 1.5), (math.log(3.0), 2.0)):
@@ -179,7 +175,7 @@ def test_tis_weights_scale_the_gradient_and_are_capped(tiny_model_dir, tmp_path,
         with monkeypatch.context() as m:
             _shift_rollout_logprobs(m, shift)
             cfg = _cfg(tiny_model_dir, out, extra=["loss.tis=true", "loss.tis_cap=2.0"])
-            train_grpo(cfg, console=QUIET, pool=pool(), tasks=tasks())
+            train_grpo(cfg, pool=pool(), tasks=tasks())
         assert _metrics(out)[0]["grad_norm"] == pytest.approx(weight * base, rel=1e-3)
 
 
@@ -198,9 +194,7 @@ def test_constant_groups_are_dropped_or_refilled(tiny_model_dir, tmp_path, monke
         tmp_path,
         extra=[f"sampling.mode={mode}", "sampling.max_refill_rounds=4"],
     )
-    train_grpo(
-        cfg, console=QUIET, pool=ScriptedRewardPool(flat={"flat"}), tasks=_tasks("mixed", "flat")
-    )
+    train_grpo(cfg, pool=ScriptedRewardPool(flat={"flat"}), tasks=_tasks("mixed", "flat"))
     m = _metrics(tmp_path)[0]
     trained = spy.steps[0]["samples"]
     assert all(s.advantage != 0 for s in trained)  # no sample of a constant group
@@ -224,7 +218,7 @@ def test_lr_schedule_keeps_to_the_step_count_when_groups_are_dropped(
     extra = ["sampling.mode=drop", "optim.mini_batch_size=4", "optim.schedule=linear"]
     cfg = _cfg(tiny_model_dir, tmp_path, steps=2, extra=extra)
     pool = ScriptedRewardPool(flat={"flat", "flat2"})
-    train_grpo(cfg, console=QUIET, pool=pool, tasks=_tasks(*ids))
+    train_grpo(cfg, pool=pool, tasks=_tasks(*ids))
     first, second = _metrics(tmp_path)
     assert first["trained_sequences"] == second["trained_sequences"] == trained
     assert first["lr"] == pytest.approx(0.5 * cfg.optim.lr)
@@ -251,7 +245,6 @@ def test_second_ppo_pass_over_two_minibatches_clips(tiny_model_dir, tmp_path, mo
     extra = ["optim.ppo_epochs=2", "optim.mini_batch_size=4"]
     train_grpo(
         _cfg(tiny_model_dir, tmp_path, extra=extra),
-        console=QUIET,
         pool=ScriptedRewardPool(),
         tasks=_tasks(),
     )
@@ -276,7 +269,7 @@ def test_entropy_bonus_changes_the_gradient(tiny_model_dir, tmp_path):
     for coef in (0.0, 0.5):
         out = tmp_path / f"ent{coef}"
         cfg = _cfg(tiny_model_dir, out, extra=[f"loss.entropy_coef={coef}"])
-        train_grpo(cfg, console=QUIET, pool=ScriptedRewardPool(flat={"flat"}), tasks=_tasks("flat"))
+        train_grpo(cfg, pool=ScriptedRewardPool(flat={"flat"}), tasks=_tasks("flat"))
         grad_norm = _metrics(out)[0]["grad_norm"]
         if coef == 0:
             assert grad_norm == 0.0
@@ -343,7 +336,6 @@ def test_lora_grpo_trains_only_adapters_and_merges(tiny_model_dir, tmp_path, mon
     spy = _ModelSpy(monkeypatch)
     final = train_grpo(
         _cfg(tiny_model_dir, tmp_path / "run", extra=LORA),
-        console=QUIET,
         pool=ScriptedRewardPool(),
         tasks=_tasks(),
     )
@@ -372,5 +364,5 @@ def test_lora_sft_trains_only_adapters_and_merges(tiny_model_dir, tmp_path, monk
         ],
     )
     spy = _ModelSpy(monkeypatch)
-    final = train_sft(cfg, console=QUIET)
+    final = train_sft(cfg)
     _check_lora_then_merge(spy, final, tmp_path)

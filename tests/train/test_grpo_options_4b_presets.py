@@ -32,7 +32,6 @@ import json
 from pathlib import Path
 
 import pytest
-from rich.console import Console
 
 from spreadrl.config import load_config
 from spreadrl.data.task import TaskSet
@@ -71,7 +70,7 @@ def qwen3_vocab_model(tmp_path_factory):
 def _one_step(preset, overrides, **kwargs):
     cfg = load_config(GRPOConfig, REPO / "configs" / preset, overrides)
     assert cfg.model.dtype == "bfloat16" and cfg.model.gradient_checkpointing
-    final = train_grpo(cfg, console=Console(quiet=True), **kwargs)
+    final = train_grpo(cfg, **kwargs)
     metrics = [json.loads(x) for x in (Path(cfg.output_dir) / "metrics.jsonl").open()]
     assert [m["step"] for m in metrics] == [1]
     config = json.loads((final / "config.json").read_text())

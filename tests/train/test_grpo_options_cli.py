@@ -17,7 +17,6 @@ import time
 from pathlib import Path
 
 import pytest
-from rich.console import Console
 
 from spreadrl.config import load_config
 from spreadrl.train.config import GRPOConfig
@@ -89,7 +88,7 @@ def test_ctrl_c_saves_a_checkpoint_and_the_run_resumes_exactly(tiny_model_dir, t
     extra = ["seed=2", "rollout.concurrency=1"]
     straight = tmp_path / "straight"
     cfg = load_config(GRPOConfig, None, [*_overrides(tiny_model_dir, straight, 3), *extra])
-    train_grpo(cfg, console=Console(quiet=True))
+    train_grpo(cfg)
 
     out = tmp_path / "interrupted"
     cmd = [sys.executable, "-m", "spreadrl", "grpo", *_overrides(tiny_model_dir, out, 3), *extra]

@@ -18,7 +18,6 @@ import subprocess
 from pathlib import Path
 
 import pytest
-from rich.console import Console
 
 from spreadrl.config import load_config
 from spreadrl.train import grpo as grpo_module
@@ -62,7 +61,7 @@ def test_torchrun_two_ranks_equal_one_process(tiny_model_dir, tmp_path, monkeypa
     )
     with monkeypatch.context() as patch:
         patch.setattr(grpo_module, "build_optimizer", sgd_optimizer)
-        train_grpo(cfg, console=Console(quiet=True))
+        train_grpo(cfg)
 
     two = tmp_path / "two"
     cmd = torchrun_command(

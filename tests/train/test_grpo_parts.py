@@ -88,9 +88,8 @@ def test_the_hf_rollout_policy_samples_the_module_being_trained(tiny_model):
     """Why GRPO keeps its own builder (build_rollout_policy's docstring): its policy
     wraps the trained module itself, so every step samples the updated weights,
     where eval's load_policy loads a checkpoint from a path."""
-    from rich.console import Console
-
     from spreadrl.config import load_config
+    from spreadrl.reporting import LogReporter
     from spreadrl.train.config import GRPOConfig
     from spreadrl.train.distributed import DistInfo
     from spreadrl.train.rollout_backend import build_rollout_policy
@@ -103,7 +102,7 @@ def test_the_hf_rollout_policy_samples_the_module_being_trained(tiny_model):
         model,
         tok,
         DistInfo(),
-        Console(quiet=True),
+        LogReporter(),
         max_prompt_tokens=0,
         seed=0,
     )

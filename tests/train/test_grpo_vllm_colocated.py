@@ -13,10 +13,10 @@ from pathlib import Path
 
 import pytest
 import torch
-from rich.console import Console
 
 from spreadrl.data.task import TaskSet
 from spreadrl.errors import ConfigError, MissingDependencyError
+from spreadrl.reporting import LogReporter
 from spreadrl.rollout.hf_policy import HFPolicy
 from spreadrl.rollout.types import SamplingParams
 from spreadrl.train.grpo import train_grpo
@@ -76,9 +76,7 @@ def test_grpo_with_colocated_vllm_syncs_weights_each_step(
 ):
     out = tmp_path / "run"
     cfg = _cfg(tiny_model_dir, out, 2, [*VLLM, "checkpoint.every_steps=1"])
-    train_grpo(
-        cfg, console=Console(quiet=True), pool=FakePool(), tasks=TaskSet(Path("."), [make_task()])
-    )
+    train_grpo(cfg, pool=FakePool(), tasks=TaskSet(Path("."), [make_task()]))
     (engine,) = TransformersLLM.instances
     assert engine.kwargs["enable_sleep_mode"] is True
     assert engine.kwargs["max_model_len"] == 2048 + 48  # prompt + response budget
@@ -120,9 +118,7 @@ def test_grpo_with_colocated_vllm_syncs_weights_each_step(
 
 
 def _start(cfg):
-    train_grpo(
-        cfg, console=Console(quiet=True), pool=FakePool(), tasks=TaskSet(Path("."), [make_task()])
-    )
+    train_grpo(cfg, pool=FakePool(), tasks=TaskSet(Path("."), [make_task()]))
 
 
 def test_vllm_backend_without_vllm_stops_at_start_up(monkeypatch, tiny_model_dir, tmp_path):
@@ -163,7 +159,7 @@ def test_vllm_backend_under_torchrun_builds_one_engine_per_rank(monkeypatch, tin
         model,
         tokenizer,
         rank1,
-        Console(quiet=True),
+        LogReporter(),
         max_prompt_tokens=cfg.data.max_prompt_tokens,
         seed=cfg.seed,
     )

@@ -23,7 +23,6 @@ from pathlib import Path
 
 import pytest
 import torch
-from rich.console import Console
 
 from spreadrl.config import load_config
 from spreadrl.train import grpo as grpo_module
@@ -63,7 +62,7 @@ def test_torchrun_vllm_one_engine_per_rank_gets_full_weights(monkeypatch, tiny_m
         cfg = load_config(
             GRPOConfig, None, [*_overrides(tiny_model_dir, single, 2), *SEED, *VLLM, *SGD_OVERRIDES]
         )
-        train_grpo(cfg, console=Console(quiet=True))
+        train_grpo(cfg)
         (one_engine,) = TransformersLLM.instances
         assert one_engine.kwargs["device_ids"] is None  # one process: vLLM's own placement
 

@@ -6,7 +6,6 @@ import json
 from pathlib import Path
 
 import pytest
-from rich.console import Console
 
 from spreadrl.config import load_config
 from spreadrl.data.task import TaskSet
@@ -58,7 +57,7 @@ def test_grpo_runs_the_held_out_eval_inside_the_loop(tiny_model_dir, tmp_path):
         ],
     )
     tasks = TaskSet(Path("."), [make_task()])
-    train_grpo(cfg, console=Console(quiet=True), pool=FakePool(), tasks=tasks, eval_tasks=tasks)
+    train_grpo(cfg, pool=FakePool(), tasks=tasks, eval_tasks=tasks)
     metrics = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
     assert [m["step"] for m in metrics] == [1, 2]
     assert "eval/pass@1" not in metrics[0]

@@ -10,6 +10,7 @@ import json
 
 from rich.console import Console
 
+from spreadrl.cli.console import RichReporter
 from spreadrl.config import load_config
 from spreadrl.train.config import SFTConfig
 from spreadrl.train.sft import train_sft
@@ -37,7 +38,7 @@ def test_rows_over_the_models_context_are_dropped_and_counted(tiny_model_dir, tm
     )
     assert cfg.max_length > 4096  # the default: larger than this model's context
     console = Console(record=True, width=200)
-    train_sft(cfg, console=console)
+    train_sft(cfg, reporter=RichReporter(console))
     shown = console.export_text()
     assert (
         "dropped 1 conversations longer than 4096 tokens (the model's 4096-token context" in shown

@@ -4,7 +4,6 @@ import json
 from pathlib import Path
 
 import pytest
-from rich.console import Console
 
 from spreadrl.config import load_config
 from spreadrl.errors import SpreadrlError
@@ -106,18 +105,15 @@ def _losses(out):
 @pytest.mark.slow
 def test_sft_learns_and_resumes_exactly(tiny_model_dir, tmp_path):
     data = _write(tmp_path / "sft.jsonl", _rows(8))
-    quiet = Console(quiet=True)
-    final = train_sft(_cfg(tiny_model_dir, data, tmp_path / "a", 12), console=quiet)
+    final = train_sft(_cfg(tiny_model_dir, data, tmp_path / "a", 12))
     losses = _losses(tmp_path / "a")
     assert losses[-1] < 0.5 * losses[0]  # it learns the conversations
     model, _ = load_model_and_tokenizer(str(final))
     assert model is not None
 
-    train_sft(_cfg(tiny_model_dir, data, tmp_path / "b", 3), console=quiet)
-    train_sft(
-        _cfg(tiny_model_dir, data, tmp_path / "c", 2, ["checkpoint.every_steps=1"]), console=quiet
-    )
+    train_sft(_cfg(tiny_model_dir, data, tmp_path / "b", 3))
+    train_sft(_cfg(tiny_model_dir, data, tmp_path / "c", 2, ["checkpoint.every_steps=1"]))
     longer = _cfg(tiny_model_dir, data, tmp_path / "c", 3, ["checkpoint.every_steps=1"])
     claim_training_folder(longer, resume_changes=True)  # what `spreadrl sft --resume` does
-    train_sft(longer, console=quiet)
+    train_sft(longer)
     assert _losses(tmp_path / "c")[2] == pytest.approx(_losses(tmp_path / "b")[2], rel=1e-6)

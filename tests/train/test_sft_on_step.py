@@ -5,7 +5,6 @@ import json
 from pathlib import Path
 
 import torch
-from rich.console import Console
 
 from spreadrl.models.init import load_model_and_tokenizer
 from spreadrl.train.sft import train_sft
@@ -19,7 +18,6 @@ def _weights(folder: Path) -> dict[str, torch.Tensor]:
 
 def test_on_step_stops_where_asked_and_matches_a_fixed_run(tiny_model_dir, tmp_path):
     data = _write(tmp_path / "sft.jsonl", _rows(6))
-    quiet = Console(quiet=True)
     seen: list[tuple[int, bool]] = []
 
     def hook(step, model, tokenizer):
@@ -30,10 +28,8 @@ def test_on_step_stops_where_asked_and_matches_a_fixed_run(tiny_model_dir, tmp_p
             model(torch.tensor([[tokenizer.pad_token_id or 0, 1, 2]]))
         return step == 3
 
-    stopped = train_sft(
-        _cfg(tiny_model_dir, data, tmp_path / "hook", 10), console=quiet, on_step=hook
-    )
-    fixed = train_sft(_cfg(tiny_model_dir, data, tmp_path / "fixed", 3), console=quiet)
+    stopped = train_sft(_cfg(tiny_model_dir, data, tmp_path / "hook", 10), on_step=hook)
+    fixed = train_sft(_cfg(tiny_model_dir, data, tmp_path / "fixed", 3))
 
     assert [s for s, _ in seen] == [1, 2, 3]  # called after every step, stopped at True
     assert all(training for _, training in seen)  # back in train mode after each call

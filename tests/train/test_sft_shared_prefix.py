@@ -52,14 +52,11 @@ def test_shared_prefix_matches_the_full_forward(tiny_model):
 
 
 def test_train_sft_with_a_shared_prefix_learns_the_same(tiny_model_dir, tmp_path):
-    from rich.console import Console
-
     from tests.train.test_sft_e2e import _cfg, _losses, _rows, _write
 
     data = _write(tmp_path / "sft.jsonl", _rows(6))
-    quiet = Console(quiet=True)
-    train_sft(_cfg(tiny_model_dir, data, tmp_path / "full", 3), console=quiet)
-    train_sft(_cfg(tiny_model_dir, data, tmp_path / "shared", 3), console=quiet, shared_prefix=True)
+    train_sft(_cfg(tiny_model_dir, data, tmp_path / "full", 3))
+    train_sft(_cfg(tiny_model_dir, data, tmp_path / "shared", 3), shared_prefix=True)
     full, shared = _losses(tmp_path / "full"), _losses(tmp_path / "shared")
     assert len(full) == len(shared) == 3
     for a, b in zip(full, shared, strict=True):

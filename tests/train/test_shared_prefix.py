@@ -285,7 +285,6 @@ def test_grpo_with_and_without_sharing_trains_the_same(tiny_model_dir, tmp_path,
     # optim.shared_prefix=false
     # (both with plain SGD: AdamW would turn the paths' rounding-level differences on
     # near-zero gradients into lr-sized steps, differently on every CPU; equivalence.py)
-    from rich.console import Console
 
     import spreadrl.train.update as update
     from spreadrl.config import load_config
@@ -318,7 +317,7 @@ def test_grpo_with_and_without_sharing_trains_the_same(tiny_model_dir, tmp_path,
         overrides = [*_overrides(tiny_model_dir, out, 1), *extra, *SGD_OVERRIDES]
         cfg = load_config(GRPOConfig, None, overrides)
         cut.clear()
-        train_grpo(cfg, console=Console(quiet=True))
+        train_grpo(cfg)
         runs[shared] = (_metrics(out), any(cut))
     (on, cut_on), (off, cut_off) = runs[True], runs[False]
     assert cut_on and not cut_off

@@ -12,7 +12,6 @@ import signal
 
 import pytest
 import torch
-from rich.console import Console
 
 from spreadrl.errors import RunStopped
 from spreadrl.train.checkpoint import checkpoint_folder, latest_checkpoint, save_checkpoint
@@ -47,8 +46,7 @@ def test_a_signal_sets_the_flag_and_a_second_one_is_ignored(capfd):
 
 def test_sft_stops_after_the_signalled_step_and_resumes_exactly(tiny_model_dir, tmp_path):
     data = _write(tmp_path / "sft.jsonl", _rows(6))
-    quiet = Console(quiet=True)
-    straight = train_sft(_cfg(tiny_model_dir, data, tmp_path / "straight", 5), console=quiet)
+    straight = train_sft(_cfg(tiny_model_dir, data, tmp_path / "straight", 5))
 
     out = tmp_path / "stopped"
 
@@ -58,7 +56,7 @@ def test_sft_stops_after_the_signalled_step_and_resumes_exactly(tiny_model_dir, 
         return False
 
     with pytest.raises(RunStopped) as stopped:
-        train_sft(_cfg(tiny_model_dir, data, out, 5), console=quiet, on_step=sigterm_in_step_2)
+        train_sft(_cfg(tiny_model_dir, data, out, 5), on_step=sigterm_in_step_2)
     assert stopped.value.step == 2
     assert stopped.value.checkpoint == str(checkpoint_folder(out / "checkpoints", 2))
     assert "stopped by SIGTERM after step 2/5" in stopped.value.message
@@ -66,7 +64,7 @@ def test_sft_stops_after_the_signalled_step_and_resumes_exactly(tiny_model_dir, 
     assert not (out / "final").exists()
     assert signal.getsignal(signal.SIGTERM) is signal.SIG_DFL  # handlers given back
 
-    resumed = train_sft(_cfg(tiny_model_dir, data, out, 5), console=quiet)
+    resumed = train_sft(_cfg(tiny_model_dir, data, out, 5))
     assert _losses(out) == pytest.approx(_losses(tmp_path / "straight"), abs=1e-6)
     a, b = _weights(resumed), _weights(straight)
     assert all(torch.allclose(a[k], b[k], atol=1e-6) for k in a)

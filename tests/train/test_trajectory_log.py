@@ -4,7 +4,6 @@ import json
 from pathlib import Path
 
 import pytest
-from rich.console import Console
 
 from spreadrl.data.task import TaskSet
 from spreadrl.rollout.types import Trajectory
@@ -42,9 +41,7 @@ def test_saved_rows_carry_step_reward_parts_and_no_tokens(tmp_path):
 def test_grpo_appends_trajectories_to_the_run(tiny_model_dir, tmp_path):
     out = tmp_path / "run"
     cfg = _cfg(tiny_model_dir, out, 1, ["logging.trajectories_per_step=3"])
-    train_grpo(
-        cfg, console=Console(quiet=True), pool=FakePool(), tasks=TaskSet(Path("."), [make_task()])
-    )
+    train_grpo(cfg, pool=FakePool(), tasks=TaskSet(Path("."), [make_task()]))
     rows = [json.loads(x) for x in (out / "trajectories.jsonl").read_text().splitlines()]
     assert [r["step"] for r in rows] == [1, 1, 1]
     for r in rows:

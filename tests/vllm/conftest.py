@@ -93,8 +93,6 @@ def trainer_probe(model: Any, probe: list[int]) -> list[float]:
 def train_grpo_on_vllm(model_dir: Path, out: Path, steps: int, overrides: list[str]) -> None:
     """``spreadrl grpo`` on ``model_dir`` with :data:`GRPO_ON_VLLM` plus ``overrides``,
     one built-in task, scripted environments (tests.rollout.fakes)."""
-    from rich.console import Console
-
     from spreadrl.config import load_config
     from spreadrl.data.task import TaskSet
     from spreadrl.train.config import GRPOConfig
@@ -105,7 +103,6 @@ def train_grpo_on_vllm(model_dir: Path, out: Path, steps: int, overrides: list[s
     cfg = load_config(GRPOConfig, None, base + GRPO_ON_VLLM + overrides)
     train_grpo(
         cfg,
-        console=Console(quiet=True),
         pool=FakePool(),
         tasks=TaskSet(Path("."), [make_task()]),
     )

@@ -12,6 +12,7 @@ from rich.console import Console
 from rich.table import Table
 
 from spreadrl.bench.gpu import FULL, QUICK, SMOKE, SPLIT, run_bench
+from spreadrl.cli.console import RichReporter
 from spreadrl.errors import ConfigError
 from spreadrl.run_folder import check_output_folder
 
@@ -75,7 +76,7 @@ def bench_gpu(
             folder,
             torchrun=(not quick) if torchrun is None else torchrun,
             extra=settings or [],
-            progress=console.print,
+            reporter=RichReporter(console),
         )
     if "error" in report["build"]:
         raise ConfigError(f"bench gpu: the model build failed: {report['build']['error']}")

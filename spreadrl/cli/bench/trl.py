@@ -10,6 +10,7 @@ from rich.console import Console
 from rich.table import Table
 
 from spreadrl.bench.trl import COLUMNS, SMOKE, Shape, run_trl_bench, shape_line, table_rows
+from spreadrl.cli.console import RichReporter
 from spreadrl.run_folder import check_output_folder
 
 
@@ -75,7 +76,7 @@ def bench_trl(
         async_staleness=async_staleness,
         threads=threads,
         out=out,
-        progress=console.print,
+        reporter=RichReporter(console),
     )
     table = Table("system", *(title for _, title, _ in COLUMNS))
     for row in table_rows(summary):

@@ -16,7 +16,7 @@ import json
 import logging
 import random
 import shutil
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -30,6 +30,7 @@ from spreadrl.data.synth.base import (
 )
 from spreadrl.data.task import Task, TaskCase, TaskSet, load_tasks, write_dataset_index
 from spreadrl.errors import SpreadrlError
+from spreadrl.reporting import LogReporter, Reporter
 from spreadrl.run_folder import check_output_folder
 
 log = logging.getLogger(__name__)
@@ -117,7 +118,7 @@ def synthesize(
     *,
     check: CaseCheck | None = None,
     overwrite: bool = False,
-    progress: bool | Callable[[int, int], None] = False,
+    reporter: Reporter | None = None,
     id_prefix: str = "synth",
 ) -> TaskSet:
     """Write ``n`` tasks to ``out`` and return them loaded.
@@ -125,7 +126,7 @@ def synthesize(
     Families are drawn round-robin in a seed-shuffled order (so small sets still
     cover every family), each task's difficulty uniformly from the allowed ones
     it supports; ``cases`` fixes the case count (default 1-3 at random).
-    ``progress`` is True for a rich progress bar or a callback ``(done, total)``.
+    ``reporter`` shows the progress (the CLI: a bar; default: none).
     ``check`` (e.g. :func:`spreadrl.env.case_check.verify_case`) checks every
     written case and raises :class:`SynthVerificationError` on the first
     problem; without it the cases are written unchecked.
@@ -144,15 +145,9 @@ def synthesize(
     order = list(chosen)
     random.Random(f"order:{seed}").shuffle(order)
 
-    bar, callback = None, progress if callable(progress) else None
-    if progress is True:
-        from rich.progress import Progress
-
-        bar = Progress(transient=True)
-        bar.start()
-        job = bar.add_task("synthesizing", total=n)
     tasks: list[Task] = []
-    try:
+    reporter = reporter or LogReporter()
+    with reporter.progress("synthesizing", n, keep=False) as bar:
         for i in range(n):
             family, levels = order[i % len(order)]
             rng = random.Random(f"{seed}:{i}:{family.name}")
@@ -177,13 +172,7 @@ def synthesize(
                     metadata={"seed": seed, "index": i, **spec.metadata},
                 )
             )
-            if bar is not None:
-                bar.advance(job)
-            if callback is not None:
-                callback(i + 1, n)
-    finally:
-        if bar is not None:
-            bar.stop()
+            bar.advance()
     write_dataset_index(out, tasks)
     return load_tasks(out)
 
