@@ -18,12 +18,30 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-if TYPE_CHECKING:  # the demo imports its stages when it runs them (the CLI starts fast)
+from spreadrl.config import load_config
+from spreadrl.data.builtin import builtin_tasks
+from spreadrl.data.task import TaskSet
+from spreadrl.env.factory import make_env_pool
+from spreadrl.eval.report import render_report
+from spreadrl.eval.runner import read_trajectories, run_eval
+from spreadrl.models.init import init_model, load_model_and_tokenizer
+from spreadrl.models.tokenizer import default_corpus, train_tokenizer
+from spreadrl.rollout.chat import EpisodeChat
+from spreadrl.rollout.config import RolloutConfig
+from spreadrl.rollout.hf_policy import HFPolicy
+from spreadrl.rollout.runner import EpisodeJob, run_episodes
+from spreadrl.rollout.scripted import OraclePolicy
+from spreadrl.rollout.types import RunValues
+from spreadrl.run_folder import RunIdentity, claim_run_folder, read_record, remove_owned
+from spreadrl.train.config import GRPOConfig, SFTConfig
+from spreadrl.train.grpo import train_grpo
+from spreadrl.train.sft import train_sft
+from spreadrl.train.sft_data import trajectories_to_sft_rows
+
+if TYPE_CHECKING:  # annotations only
     from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
-    from spreadrl.data.task import TaskSet
     from spreadrl.reporting import Reporter
-    from spreadrl.train.config import GRPOConfig
 
 
 @dataclass(frozen=True)
@@ -97,11 +115,6 @@ def quick_pass_rate(
 
     Sampled with the RL recipe's ``rollout`` section, so validation sees what
     training sees."""
-    from spreadrl.env.factory import make_env_pool
-    from spreadrl.rollout.chat import EpisodeChat
-    from spreadrl.rollout.hf_policy import HFPolicy
-    from spreadrl.rollout.runner import EpisodeJob, RunValues, run_episodes
-
     jobs = [EpisodeJob(task, case) for task, case in tasks.episodes()]
     with make_env_pool(grpo_cfg.env, workers=0) as pool:
         batch = run_episodes(
@@ -117,8 +130,6 @@ def quick_pass_rate(
 
 def _first(tasks: TaskSet, count: int | None) -> TaskSet:
     """The first ``count`` tasks of a task set (all of them for None)."""
-    from spreadrl.data.task import TaskSet
-
     return tasks if count is None else TaskSet(tasks.root, tasks.tasks[:count])
 
 
@@ -144,8 +155,6 @@ def claim_demo_folder(settings: DemoSettings) -> None:
     A folder holding another command's run, or files that are no demo's, is refused
     (:func:`spreadrl.run_folder.claim_run_folder`).
     """
-    from spreadrl.run_folder import RunIdentity, claim_run_folder, read_record, remove_owned
-
     out = settings.out
     record = read_record(out) if out.is_dir() else None
     if record is not None and record.get("command") == "demo":
@@ -163,23 +172,6 @@ def claim_demo_folder(settings: DemoSettings) -> None:
 def run_demo(settings: DemoSettings, reporter: Reporter) -> dict[str, Any]:
     """Run every stage, telling ``reporter`` as it goes; return the summary also written
     to ``out/summary.json`` (the CLI prints its result block)."""
-    from spreadrl.config import load_config
-    from spreadrl.data.builtin import builtin_tasks
-    from spreadrl.data.task import TaskSet
-    from spreadrl.env.factory import make_env_pool
-    from spreadrl.eval.report import render_report
-    from spreadrl.eval.runner import read_trajectories, run_eval
-    from spreadrl.models.init import init_model, load_model_and_tokenizer
-    from spreadrl.models.tokenizer import default_corpus, train_tokenizer
-    from spreadrl.rollout.config import RolloutConfig
-    from spreadrl.rollout.hf_policy import HFPolicy
-    from spreadrl.rollout.scripted import OraclePolicy
-    from spreadrl.rollout.types import RunValues
-    from spreadrl.train.config import GRPOConfig, SFTConfig
-    from spreadrl.train.grpo import train_grpo
-    from spreadrl.train.sft import train_sft
-    from spreadrl.train.sft_data import trajectories_to_sft_rows
-
     out = settings.out
     timings: dict[str, float] = {}
     clock = time.perf_counter()

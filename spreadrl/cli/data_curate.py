@@ -6,6 +6,7 @@ Registered on the ``spreadrl data`` group by :mod:`spreadrl.cli.data`.
 from __future__ import annotations
 
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import typer
 
@@ -16,6 +17,9 @@ from spreadrl.data.split import parse_ratios, split_tasks
 from spreadrl.data.task import load_tasks
 from spreadrl.env.config import check_engine_name
 from spreadrl.errors import SpreadrlError
+
+if TYPE_CHECKING:
+    from rich.console import Console
 
 
 def download(
@@ -71,16 +75,7 @@ def download(
 
     console = Console()
     if list_sets:
-        from rich.table import Table
-
-        table = Table(title="Downloadable sets")
-        table.add_column("name", no_wrap=True)
-        for column in ("splits", "source", "what"):
-            table.add_column(column, overflow="fold")
-        for spec in DATASETS.values():
-            where = spec.repo_id or spec.archive or ""
-            table.add_row(spec.name, ", ".join(spec.splits), where, spec.description)
-        console.print(table)
+        _print_datasets(console)
         return
     if name is None or out is None:
         raise SpreadrlError("data download needs NAME and --out DIR (or --list)")
@@ -106,6 +101,20 @@ def download(
         console.print(f"  [yellow]skipped[/] {plain(line)}", highlight=False, soft_wrap=True)
     if len(report.skipped) > 20:
         console.print(f"  ... and {len(report.skipped) - 20} more skipped")
+
+
+def _print_datasets(console: Console) -> None:
+    """The table of ``--list``: each known set, its splits, where it comes from, what it is."""
+    from rich.table import Table
+
+    table = Table(title="Downloadable sets")
+    table.add_column("name", no_wrap=True)
+    for column in ("splits", "source", "what"):
+        table.add_column(column, overflow="fold")
+    for spec in DATASETS.values():
+        where = spec.repo_id or spec.archive or ""
+        table.add_row(spec.name, ", ".join(spec.splits), where, spec.description)
+    console.print(table)
 
 
 def filter_tasks(
@@ -160,34 +169,21 @@ def filter_tasks(
     """
     import json
 
-    from rich.console import Console
-    from rich.table import Table
-
-    from spreadrl.env.task_filters import ReproducibleFilter, StructureFilter
-
     check_engine_name(engine, "--engine")
-
     if out is None and not dry_run:
         raise SpreadrlError("data filter needs --out DIR (or --dry-run)")
     if (tokenizer is None) != (max_prompt_tokens is None):
         raise SpreadrlError("--tokenizer and --max-prompt-tokens go together")
-    chosen: list[filters.Filter] = []
-    if structure:
-        chosen.append(StructureFilter(engine))
-    if reproducible:
-        chosen.append(ReproducibleFilter(engine))
-    if tokenizer is not None:
-        chosen.append(
-            filters.PromptLengthFilter(filters.load_tokenizer(tokenizer), max_prompt_tokens)
-        )
-    if pass_rates is not None:
-        chosen.append(
-            filters.PassRateFilter(filters.load_pass_rates(pass_rates), min_pass, max_pass)
-        )
-    if dedup is not None:
-        chosen.append(filters.DedupFilter(dedup))
-    if not chosen:
-        raise SpreadrlError("no filter chosen; see `spreadrl data filter --help`")
+    chosen = _chosen_filters(
+        engine=engine,
+        structure=structure,
+        reproducible=reproducible,
+        tokenizer=tokenizer,
+        max_prompt_tokens=max_prompt_tokens,
+        pass_rates=pass_rates,
+        pass_band=(min_pass, max_pass),
+        dedup=dedup,
+    )
     task_set = load_tasks(tasks_dir, skip_bad=True)
     report = filters.apply_filters(
         task_set,
@@ -199,6 +195,46 @@ def filter_tasks(
     if as_json:
         typer.echo(json.dumps(report.to_json(), indent=2, ensure_ascii=False))
         return
+    _print_filter_report(tasks_dir, report)
+
+
+def _chosen_filters(
+    *,
+    engine: str,
+    structure: bool,
+    reproducible: bool,
+    tokenizer: Path | None,
+    max_prompt_tokens: int | None,
+    pass_rates: Path | None,
+    pass_band: tuple[float, float],
+    dedup: float | None,
+) -> list[filters.Filter]:
+    """The filters the flags ask for (in flag order; ``apply_filters`` orders them)."""
+    from spreadrl.env.task_filters import ReproducibleFilter, StructureFilter
+
+    chosen: list[filters.Filter] = []
+    if structure:
+        chosen.append(StructureFilter(engine))
+    if reproducible:
+        chosen.append(ReproducibleFilter(engine))
+    if tokenizer is not None and max_prompt_tokens is not None:
+        chosen.append(
+            filters.PromptLengthFilter(filters.load_tokenizer(tokenizer), max_prompt_tokens)
+        )
+    if pass_rates is not None:
+        chosen.append(filters.PassRateFilter(filters.load_pass_rates(pass_rates), *pass_band))
+    if dedup is not None:
+        chosen.append(filters.DedupFilter(dedup))
+    if not chosen:
+        raise SpreadrlError("no filter chosen; see `spreadrl data filter --help`")
+    return chosen
+
+
+def _print_filter_report(tasks_dir: Path, report: filters.FilterReport) -> None:
+    """The counts per filter, the first 30 removed tasks with why, and where the rest went."""
+    from rich.console import Console
+    from rich.table import Table
+
     console = Console()
     table = Table(title=f"{tasks_dir}: kept {len(report.kept)} of {report.total}")
     table.add_column("filter")

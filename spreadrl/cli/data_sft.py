@@ -3,9 +3,14 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import typer
+
+from spreadrl.run_folder import check_output_file
+
+if TYPE_CHECKING:
+    from spreadrl.data.task import TaskSet
 
 
 def sft_build(
@@ -60,25 +65,19 @@ def sft_build(
     """
     from rich.console import Console
 
-    from spreadrl.data.sources import resolve_tasks
     from spreadrl.env.factory import make_env_pool
-    from spreadrl.errors import SpreadrlError
     from spreadrl.rollout.backends import load_policy
     from spreadrl.rollout.config import RolloutConfig
     from spreadrl.rollout.types import RunValues
-    from spreadrl.run_folder import check_output_file
     from spreadrl.train.sft_build import build_sft_data, model_context
 
     check_output_file(out, overwrite=overwrite)  # before any rollout: never a silent replace
     env, turns, default_tasks = _recipe_settings(config, preset, max_turns)
-    if not (tasks or default_tasks):
-        raise SpreadrlError("give --tasks (a task folder or builtin:<split>) or a --config recipe")
-    task_set = resolve_tasks(tasks or default_tasks)
+    task_set = _task_set(tasks or default_tasks)
     sampler = model if backend != "oracle" else None
     policy, tokenizer = load_policy(backend, sampler, base_url=base_url)
     context = model_context(model) if model is not None else None
-    # the rollout section's defaults but for the flags: a turn samples up to
-    # rollout.max_new_tokens_per_turn (1,024), as in training and eval
+    # the rollout defaults but for the flags: up to 1,024 new tokens a turn, as in training
     cfg = RolloutConfig(temperature=temperature, max_turns=turns)
     with make_env_pool(env) as pool:
         report = build_sft_data(
@@ -94,6 +93,16 @@ def sft_build(
             context=context,
         )
     Console().print(report.summary(), markup=False)
+
+
+def _task_set(source: str | None) -> TaskSet:
+    """The task set rows are built on: --tasks, else the recipe's data.train_tasks."""
+    from spreadrl.data.sources import resolve_tasks
+    from spreadrl.errors import SpreadrlError
+
+    if not source:
+        raise SpreadrlError("give --tasks (a task folder or builtin:<split>) or a --config recipe")
+    return resolve_tasks(source)
 
 
 def _recipe_settings(

@@ -3,11 +3,18 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import typer
 
 from spreadrl.config import load_config
 from spreadrl.errors import ConfigError
+
+if TYPE_CHECKING:
+    from rich.table import Table
+
+    from spreadrl.train.config import GRPOConfig
+    from spreadrl.train.plan import Plan
 
 
 def plan(
@@ -38,7 +45,6 @@ def plan(
       spreadrl plan configs/grpo-tcr-4b.yaml model.name_or_path=runs/4b --gpus 1
     """
     from rich.console import Console
-    from rich.table import Table
 
     from spreadrl.train.config import GRPOConfig
     from spreadrl.train.plan import Hardware, plan_recipe
@@ -54,7 +60,19 @@ def plan(
         # memory is not what stops it (e.g. the prompts do not divide over the ranks):
         # a table of "fits" rows above "does not fit" would contradict itself
         raise ConfigError(f"{recipe}: cannot run on {gpus} GPUs; " + "; ".join(result.problems))
-    table = Table(title=f"{recipe.name} on {gpus} x {gpu_memory:g} GiB: per GPU")
+    Console().print(
+        _plan_table(f"{recipe.name} on {gpus} x {gpu_memory:g} GiB", cfg, result, shape)
+    )
+    if not result.fits:
+        raise ConfigError(f"{recipe}: does not fit; " + "; ".join(result.problems))
+
+
+def _plan_table(title: str, cfg: GRPOConfig, result: Plan, shape: str | None) -> Table:
+    """The plan as one table: the components, each phase's peak and verdict, the host
+    memory, vLLM's KV tokens and the checkpointing that fits, then the times."""
+    from rich.table import Table
+
+    table = Table(title=f"{title}: per GPU")
     table.add_column("")
     table.add_column("GiB", justify="right")
     table.add_column("")
@@ -100,6 +118,4 @@ def plan(
     table.add_section()
     for name, value in result.times:
         table.add_row(name, value, "")
-    Console().print(table)
-    if not result.fits:
-        raise ConfigError(f"{recipe}: does not fit; " + "; ".join(result.problems))
+    return table

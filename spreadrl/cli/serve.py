@@ -2,11 +2,19 @@
 
 from __future__ import annotations
 
+import socket
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import typer
 
 from spreadrl.errors import MissingDependencyError, SpreadrlError
+
+if TYPE_CHECKING:
+    from transformers import PreTrainedTokenizerBase
+
+    from spreadrl.rollout.policy import Policy
+    from spreadrl.serve.schemas import ServeSettings
 
 EXAMPLES = """
 Examples:
@@ -71,32 +79,12 @@ def serve(
 ) -> None:
     import logging
 
-    if backend not in ("hf", "vllm"):
-        raise SpreadrlError(f"--backend must be hf or vllm, got {backend!r}")
-    try:
-        import uvicorn  # noqa: F401  # the serve extra, checked before anything loads
-
-        from spreadrl.serve.app import create_app
-        from spreadrl.serve.limits import close_policy
-    except ImportError as exc:
-        raise MissingDependencyError(
-            f"spreadrl serve needs FastAPI and uvicorn ({exc.name} is missing): "
-            "pip install 'spreadrl[serve]'"
-        ) from exc
-    from rich.console import Console
-
-    from spreadrl.cli.console import plain
     from spreadrl.rollout.backends import load_policy
     from spreadrl.serve.context import context_tokens, served_model_id
-    from spreadrl.serve.listen import bind, serve_on, url_of
+    from spreadrl.serve.listen import bind
     from spreadrl.serve.schemas import ServeSettings
 
-    if view is not None and not view.is_dir():
-        raise SpreadrlError(f"--view {view}: not a folder; pass a run folder such as runs/demo")
-    if work_dir is not None:  # a file in its place: one line before the port and the model
-        from spreadrl.run_folder import check_output_folder
-
-        check_output_folder(work_dir, overwrite=True, flag="--work-dir")
+    _check_serve_flags(backend, view, work_dir)
     sock = bind(host, port)  # before the model loads: a taken port fails at once
     logging.basicConfig(level=log_level.upper(), format="%(levelname)s %(name)s: %(message)s")
     settings = ServeSettings(
@@ -117,6 +105,52 @@ def serve(
     except BaseException:
         sock.close()
         raise
+    _serve_policy(
+        sock, settings, policy, tokenizer, work_dir=work_dir, view=view, log_level=log_level
+    )
+
+
+def _check_serve_flags(backend: str, view: Path | None, work_dir: Path | None) -> None:
+    """Refuse a bad backend, a missing serve extra, a --view that is not a folder or a
+    --work-dir that cannot be one: each in one line, before the port and the model."""
+    if backend not in ("hf", "vllm"):
+        raise SpreadrlError(f"--backend must be hf or vllm, got {backend!r}")
+    try:
+        import uvicorn  # noqa: F401  # the serve extra, checked before anything loads
+
+        import spreadrl.serve.app  # noqa: F401
+        import spreadrl.serve.limits  # noqa: F401
+    except ImportError as exc:
+        raise MissingDependencyError(
+            f"spreadrl serve needs FastAPI and uvicorn ({exc.name} is missing): "
+            "pip install 'spreadrl[serve]'"
+        ) from exc
+    if view is not None and not view.is_dir():
+        raise SpreadrlError(f"--view {view}: not a folder; pass a run folder such as runs/demo")
+    if work_dir is not None:  # a file in its place: one line before the port and the model
+        from spreadrl.run_folder import check_output_folder
+
+        check_output_folder(work_dir, overwrite=True, flag="--work-dir")
+
+
+def _serve_policy(
+    sock: socket.socket,
+    settings: ServeSettings,
+    policy: Policy,
+    tokenizer: PreTrainedTokenizerBase | None,
+    *,
+    work_dir: Path | None,
+    view: Path | None,
+    log_level: str,
+) -> None:
+    """Serve on ``sock`` until SIGINT/SIGTERM; the policy's engine stops whatever happens."""
+    from rich.console import Console
+
+    from spreadrl.cli.console import plain
+    from spreadrl.serve.app import create_app
+    from spreadrl.serve.limits import close_policy
+    from spreadrl.serve.listen import serve_on, url_of
+
     try:
         app = create_app(settings, policy, tokenizer, work_dir=work_dir, view_dir=view)
         where = f"open {url_of(sock)}" + (f" (viewer: {url_of(sock, '/view/')})" if view else "")
@@ -126,7 +160,8 @@ def serve(
         # uvicorn's own shutdown: on SIGINT/SIGTERM it stops accepting, finishes in-flight
         # requests (up to timeout_graceful_shutdown), then runs the app's lifespan exit,
         # which stops the engine; then it re-raises the signal, so no exit handler runs.
-        serve_on(sock, app, log_level=log_level, timeout_graceful_shutdown=int(timeout) + 5)
+        timeout = int(settings.timeout_s) + 5
+        serve_on(sock, app, log_level=log_level, timeout_graceful_shutdown=timeout)
     finally:  # also when the app never started: vLLM's processes stop here
         close_policy(policy)
 

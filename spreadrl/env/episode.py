@@ -37,7 +37,13 @@ from spreadrl.env.types import (
     StepResult,
     ToolCall,
 )
-from spreadrl.env.workbook import WorkingCopy, column_letter, render_value, truncate
+from spreadrl.env.workbook import (
+    WorkingCopy,
+    cell_value,
+    column_letter,
+    render_value,
+    truncate,
+)
 from spreadrl.errors import SpreadrlError
 
 log = logging.getLogger(__name__)
@@ -269,14 +275,14 @@ class SpreadsheetEnv:
             lines.append(
                 f"Sheet {name!r}: {n_rows} rows x {n_cols} columns (A1:{column_letter(n_cols)}{n_rows})"
             )
-            cells = book.wb[name]._cells
+            ws = book.wb[name]
             shown_cols = min(n_cols, 26)
             for r in range(1, min(n_rows, rows + 1) + 1):
                 parts = []
                 for c in range(1, shown_cols + 1):
-                    cell = cells.get((r, c))
-                    if cell is not None and cell.value is not None:
-                        parts.append(f"{column_letter(c)}{r}: {render_value(cell.value, 40)}")
+                    value = cell_value(ws, r, c)
+                    if value is not None:
+                        parts.append(f"{column_letter(c)}{r}: {render_value(value, 40)}")
                 lines.append("  " + (" | ".join(parts) if parts else f"(row {r} empty)"))
             if n_cols > shown_cols:
                 lines.append(f"  [columns after {column_letter(shown_cols)} not shown]")

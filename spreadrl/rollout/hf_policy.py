@@ -110,12 +110,8 @@ class HFPolicy:
     ) -> list[PolicyTurn]:
         if not contexts:
             return []
-        width = max(len(c) for c in contexts)
-        input_ids = torch.full((len(contexts), width), self.pad_id, dtype=torch.long)
-        attention = torch.zeros((len(contexts), width), dtype=torch.long)
-        for row, ctx in enumerate(contexts):
-            input_ids[row, width - len(ctx) :] = torch.tensor(list(ctx), dtype=torch.long)
-            attention[row, width - len(ctx) :] = 1
+        input_ids, attention = _left_padded(contexts, self.pad_id)
+        width = input_ids.shape[1]
         if params.seed is not None:
             torch.manual_seed(params.seed)
         sample = not params.greedy
@@ -173,10 +169,14 @@ class HFPolicy:
         if was_training:
             self.model.train()
         new_tokens = out.sequences[:, width:].cpu()
-        sampled_lp = recorder.logprobs(new_tokens)  # [batch, steps]
+        return self._turns(new_tokens, recorder.logprobs(new_tokens))
+
+    def _turns(self, new_tokens: torch.Tensor, sampled_lp: torch.Tensor) -> list[PolicyTurn]:
+        """Each row's new tokens up to and with its first stop token (``stop``), else all
+        of them (``length``), with the log-probs recorded as they were sampled."""
         turns = []
         stop = set(self.stop_ids)
-        for row in range(len(contexts)):
+        for row in range(new_tokens.shape[0]):
             ids = new_tokens[row].tolist()
             end = next((i for i, t in enumerate(ids) if t in stop), None)
             finish = "stop" if end is not None else "length"
@@ -305,3 +305,15 @@ def static_cache(model: PreTrainedModel, capacity: int) -> Cache:
 def stop_token_ids(tokenizer: PreTrainedTokenizerBase) -> list[int]:
     """End-of-turn ids: the chat template's turn end (Qwen's ``<|im_end|>``), then the eos."""
     return list(chat_format(tokenizer).stop_ids)
+
+
+def _left_padded(contexts: Contexts, pad_id: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """``(input_ids, attention_mask)`` [rows, longest context], each context aligned to
+    the right (left padding, as decoding appends to every row at the same position)."""
+    width = max(len(c) for c in contexts)
+    input_ids = torch.full((len(contexts), width), pad_id, dtype=torch.long)
+    attention = torch.zeros((len(contexts), width), dtype=torch.long)
+    for row, ctx in enumerate(contexts):
+        input_ids[row, width - len(ctx) :] = torch.tensor(list(ctx), dtype=torch.long)
+        attention[row, width - len(ctx) :] = 1
+    return input_ids, attention

@@ -24,7 +24,7 @@ from __future__ import annotations
 import ast
 import json
 import re
-from collections.abc import Collection, Sequence
+from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
@@ -240,6 +240,45 @@ def parse_assistant_turn(
         raise ValueError(
             f"unknown tool-call format {call_format!r}; use {' or '.join(CALL_FORMATS)}"
         )
+
+    def parse_body(body: str) -> ToolCall | str | list[ToolCall]:
+        if call_format == "qwen3_coder":
+            return _parse_xml_calls(body, tool_names, schemas)
+        return _parse_json_call(body, tool_names, opening)
+
+    content, calls, errors, n_blocks, extra = _scan_calls(
+        rest, opening, closing, parse_body, max_calls
+    )
+    if n_blocks > max_calls and extra_calls == "reject":
+        errors.append(f"{n_blocks} tool calls in one turn; at most {max_calls} allowed per turn")
+    if calls_in_reasoning == "error" and reasoning is not None and opening in reasoning:
+        errors.insert(
+            0,
+            f"a tool call ({opening}) inside the reasoning is not run; "
+            f"write tool calls after {fmt.think_close}",
+        )
+    return ParsedTurn(
+        content=content,
+        reasoning=reasoning,
+        tool_calls=calls,
+        errors=errors,
+        extra_calls=extra if extra_calls == "skip" else 0,
+    )
+
+
+def _scan_calls(
+    rest: str,
+    opening: str,
+    closing: str,
+    parse_body: Callable[[str], ToolCall | str | list[ToolCall]],
+    max_calls: int,
+) -> tuple[str, list[ToolCall], list[str], int, int]:
+    """Walk ``rest`` (the turn after its reasoning) block by block, in order.
+
+    Returns the text outside the call blocks (stripped), the first ``max_calls`` calls,
+    the errors in the order met (a stray close, a call that does not parse, an
+    unterminated block, which ends the scan), the number of calls written and how many
+    well-formed ones came past ``max_calls``."""
     content_parts: list[str] = []
     calls: list[ToolCall] = []
     errors: list[str] = []
@@ -266,11 +305,7 @@ def parse_assistant_turn(
                 f" ({_snippet(rest[body_start:]) or 'empty'})"
             )
             break
-        body = rest[body_start:end]
-        if call_format == "qwen3_coder":
-            result: ToolCall | str | list[ToolCall] = _parse_xml_calls(body, tool_names, schemas)
-        else:
-            result = _parse_json_call(body, tool_names, opening)
+        result = parse_body(rest[body_start:end])
         found = result if isinstance(result, list) else [result]
         n_blocks += len(found)
         for item in found:
@@ -281,18 +316,4 @@ def parse_assistant_turn(
             else:
                 extra += 1
         pos = end + len(closing)
-    if n_blocks > max_calls and extra_calls == "reject":
-        errors.append(f"{n_blocks} tool calls in one turn; at most {max_calls} allowed per turn")
-    if calls_in_reasoning == "error" and reasoning is not None and opening in reasoning:
-        errors.insert(
-            0,
-            f"a tool call ({opening}) inside the reasoning is not run; "
-            f"write tool calls after {fmt.think_close}",
-        )
-    return ParsedTurn(
-        content="".join(content_parts).strip(),
-        reasoning=reasoning,
-        tool_calls=calls,
-        errors=errors,
-        extra_calls=extra if extra_calls == "skip" else 0,
-    )
+    return "".join(content_parts).strip(), calls, errors, n_blocks, extra

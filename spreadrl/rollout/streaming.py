@@ -39,6 +39,7 @@ from __future__ import annotations
 import time
 import uuid
 from concurrent.futures import FIRST_COMPLETED, Future, wait
+from dataclasses import dataclass, field
 
 from spreadrl.env.types import EndReason, EpisodeResult, StepResult
 from spreadrl.rollout.chat import EpisodeChat
@@ -59,6 +60,9 @@ from spreadrl.rollout.types import RunValues, derive_seed, sampling_params
 IDLE_WAIT_S = (0.001, 0.05)  # first and longest wait after a poll that brought nothing
 
 
+InTools = list[tuple[EpisodeState, list[Future[StepResult] | str]]]
+
+
 def run_streaming(
     policy: StreamingPolicy,
     pool: EnvPoolLike,
@@ -71,100 +75,138 @@ def run_streaming(
 ) -> None:
     """Run ``active`` episodes to their end; finished ones are appended to ``finishing``."""
     batch = uuid.uuid4().hex[:8]  # engines keep request ids unique across calls too
-    generating: dict[str, tuple[EpisodeState, int]] = {}
     # an engine that says when it schedules a request starts the episode's clock there;
     # for any other policy the clock starts when the first turn is submitted. Asking
     # once here also drops names left from an earlier batch (none is this batch's).
     engine_starts_clocks = policy.take_started() is not None
-    in_tools: list[tuple[EpisodeState, list[Future[StepResult] | str]]] = []
+    loop = _Scheduler(policy, pool, cfg, run, chat, timings, finishing, batch, engine_starts_clocks)
     idle = _IdleWait()
+    for state in active:
+        loop.queue_turn(state)
+    while loop.generating or loop.in_tools:
+        progressed = loop.take_generated() if loop.generating else False
+        progressed = loop.abort_late() or progressed
+        progressed = loop.take_tools() or progressed
+        if progressed or not loop.generating:
+            idle.reset()
+        else:
+            idle.wait(loop.in_tools, _seconds_to_deadline(loop.generating, cfg))
 
-    def queue_turn(state: EpisodeState) -> None:
+
+@dataclass
+class _Scheduler:
+    """The state of :func:`run_streaming`'s loop: the requests in the engine
+    (``generating``: request id -> episode, its token room) and the episodes in their
+    tools, with the steps that move an episode from one to the other or to its end."""
+
+    policy: StreamingPolicy
+    pool: EnvPoolLike
+    cfg: RolloutConfig
+    run: RunValues
+    chat: EpisodeChat
+    timings: dict[str, float]
+    finishing: list[tuple[EpisodeState, Future[EpisodeResult]]]
+    batch: str
+    engine_starts_clocks: bool
+    generating: dict[str, tuple[EpisodeState, int]] = field(default_factory=dict)
+    in_tools: InTools = field(default_factory=list)
+
+    def queue_turn(self, state: EpisodeState) -> None:
+        """Submit the episode's next turn to the engine."""
+        cfg, run = self.cfg, self.run
         key = f"{state.job.episode_id}#{state.turns_taken}"
         seed = derive_seed(run.seed, key)
         params = sampling_params(cfg, seed=seed, max_new_tokens=turn_budget(state, cfg, run))
-        request_id = f"{key}@{batch}"
-        if not engine_starts_clocks:
+        request_id = f"{key}@{self.batch}"
+        if not self.engine_starts_clocks:
             state.start_clock()
-        policy.submit(request_id, state.context_ids, params)
-        generating[request_id] = (state, episode_room(state, cfg, run))
+        self.policy.submit(request_id, state.context_ids, params)
+        self.generating[request_id] = (state, episode_room(state, cfg, run))
 
-    def end(state: EpisodeState, reason: EndReason | None = None, error: str = "") -> None:
+    def end(self, state: EpisodeState, reason: EndReason | None = None, error: str = "") -> None:
+        """End the episode (as ``reason``, when the scheduler ends it) and start its finish."""
         if reason is not None:
             state.traj.error = error
             state.end(reason)
-        finishing.append((state, finish_episode(pool, state, run)))
+        self.finishing.append((state, finish_episode(self.pool, state, self.run)))
 
-    for state in active:
-        queue_turn(state)
-    while generating or in_tools:
+    def take_generated(self) -> bool:
+        """Poll the engine: finished turns go to their tools (or end their episode),
+        aborted and lost requests end theirs. Whether anything moved (an engine that
+        blocks in its own poll counts as moving: no wait of ours)."""
+        policy, generating = self.policy, self.generating
         progressed = False
-        if generating:
-            t0 = time.perf_counter()
-            finished = policy.poll()
-            timings["generate_s"] += time.perf_counter() - t0
-            for request_id in policy.take_started() or ():
-                if request_id in generating:
-                    generating[request_id][0].start_clock()
-            for request_id, turn in finished:
-                if request_id not in generating:  # given up on at its deadline
-                    continue
-                progressed = True
-                state, room = generating.pop(request_id)
-                if turn.finish_reason == "abort":
-                    error = f"the engine aborted generation request {request_id}"
-                    end(state, EndReason.ABORTED, error)
-                    continue
-                items = take_turn(state, clip_turn(turn, room), pool, cfg, chat)
-                if state.done:
-                    end(state)
-                else:
-                    in_tools.append((state, items))
-            holds = policy.has_unfinished() if generating else None
-            if not finished and holds is False:  # awaited, yet the engine has none of them
-                for request_id in list(generating):
-                    state, _ = generating.pop(request_id)
-                    error = (
-                        f"the engine lost generation request {request_id} (it no longer holds it)"
-                    )
-                    end(state, EndReason.LOST_REQUEST, error)
-                progressed = True
-            if holds:  # an engine with work blocks in its own poll: no wait of ours
-                progressed = True
-        late = _past_deadline(generating, cfg)
-        if late:
-            policy.abort(late)
-            for request_id in late:
-                state, _ = generating.pop(request_id)
-                error = (
-                    f"generation request {request_id} had no result within the episode's "
-                    f"wall time ({cfg.episode_wall_time_s:g} s)"
-                )
-                end(state, EndReason.WALL_TIME, error)
+        t0 = time.perf_counter()
+        finished = policy.poll()
+        self.timings["generate_s"] += time.perf_counter() - t0
+        for request_id in policy.take_started() or ():
+            if request_id in generating:
+                generating[request_id][0].start_clock()
+        for request_id, turn in finished:
+            if request_id not in generating:  # given up on at its deadline
+                continue
             progressed = True
-        if in_tools:
-            t0 = time.perf_counter()
-            in_tools, moved = _collect_tools(in_tools, not generating, cfg, run, chat)
-            for state in moved:
-                if state.done:
-                    end(state)
-                else:
-                    queue_turn(state)
-            progressed = progressed or bool(moved)
-            timings["tools_s"] += time.perf_counter() - t0
-        if progressed or not generating:
-            idle.reset()
-        else:
-            idle.wait(in_tools, _seconds_to_deadline(generating, cfg))
+            state, room = generating.pop(request_id)
+            if turn.finish_reason == "abort":
+                error = f"the engine aborted generation request {request_id}"
+                self.end(state, EndReason.ABORTED, error)
+                continue
+            items = take_turn(state, clip_turn(turn, room), self.pool, self.cfg, self.chat)
+            if state.done:
+                self.end(state)
+            else:
+                self.in_tools.append((state, items))
+        holds = policy.has_unfinished() if generating else None
+        if not finished and holds is False:  # awaited, yet the engine has none of them
+            for request_id in list(generating):
+                state, _ = generating.pop(request_id)
+                error = f"the engine lost generation request {request_id} (it no longer holds it)"
+                self.end(state, EndReason.LOST_REQUEST, error)
+            progressed = True
+        if holds:  # an engine with work blocks in its own poll: no wait of ours
+            progressed = True
+        return progressed
+
+    def abort_late(self) -> bool:
+        """Abort the requests whose episode ran out of wall time; whether there were any."""
+        late = _past_deadline(self.generating, self.cfg)
+        if not late:
+            return False
+        self.policy.abort(late)
+        for request_id in late:
+            state, _ = self.generating.pop(request_id)
+            error = (
+                f"generation request {request_id} had no result within the episode's "
+                f"wall time ({self.cfg.episode_wall_time_s:g} s)"
+            )
+            self.end(state, EndReason.WALL_TIME, error)
+        return True
+
+    def take_tools(self) -> bool:
+        """Episodes whose tools all returned queue their next turn (or end); whether any did.
+        Blocks on the tools when nothing is generating."""
+        if not self.in_tools:
+            return False
+        t0 = time.perf_counter()
+        self.in_tools, moved = _collect_tools(
+            self.in_tools, not self.generating, self.cfg, self.run, self.chat
+        )
+        for state in moved:
+            if state.done:
+                self.end(state)
+            else:
+                self.queue_turn(state)
+        self.timings["tools_s"] += time.perf_counter() - t0
+        return bool(moved)
 
 
 def _collect_tools(
-    in_tools: list[tuple[EpisodeState, list[Future[StepResult] | str]]],
+    in_tools: InTools,
     block: bool,
     cfg: RolloutConfig,
     run: RunValues,
     chat: EpisodeChat,
-) -> tuple[list[tuple[EpisodeState, list[Future[StepResult] | str]]], list[EpisodeState]]:
+) -> tuple[InTools, list[EpisodeState]]:
     """Append the observations of episodes whose tools all returned; return (still in
     tools, moved on). ``block``: nothing is generating, so wait until some tool returns."""
     if block:
@@ -190,9 +232,7 @@ class _IdleWait:
     def reset(self) -> None:
         self.next_s = IDLE_WAIT_S[0]
 
-    def wait(
-        self, in_tools: list[tuple[EpisodeState, list[Future[StepResult] | str]]], cap_s: float
-    ) -> None:
+    def wait(self, in_tools: InTools, cap_s: float) -> None:
         timeout = max(0.0, min(self.next_s, cap_s))
         self.next_s = min(self.next_s * 2, IDLE_WAIT_S[1])
         futures = [i for _, items in in_tools for i in items if isinstance(i, Future)]

@@ -230,3 +230,16 @@ def test_whole_loss_adds_its_terms():
         entropy=[2.0],
     )
     assert loss.item() == pytest.approx(-1.2 + 0.5 * kl - 0.2)
+
+
+def test_whole_loss_aggregates_as_the_section_says():
+    # r = 1 everywhere; sequence 0 has 3 tokens with A = 1, sequence 1 one token with A = 4.
+    # token-mean: -(1 + 1 + 1 + 4) / 4 = -1.75; seq-mean-token-mean: -(1 + 4) / 2 = -2.5
+    from spreadrl.train.config import LossConfig
+
+    zeros = torch.zeros(2, 3)
+    adv = torch.tensor([[1.0, 1.0, 1.0], [4.0, 0.0, 0.0]])
+    mask = torch.tensor([[1.0, 1.0, 1.0], [1.0, 0.0, 0.0]])
+    tok, _ = grpo_token_loss(zeros, zeros, adv, mask, LossConfig(aggregation="token-mean"))
+    seq, _ = grpo_token_loss(zeros, zeros, adv, mask, LossConfig(aggregation="seq-mean-token-mean"))
+    assert tok.item() == pytest.approx(-1.75) and seq.item() == pytest.approx(-2.5)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
 
 import typer
 from rich.console import Console
@@ -93,6 +94,13 @@ def bench_rollout(
         vocab_size,
         threads,
     )
+    _print_against(console, result)
+    if out is not None:
+        out.write_text(json.dumps(result, indent=1))
+
+
+def _print_against(console: Console, result: dict[str, Any]) -> None:
+    """Each run's median tokens/s, seconds per call and ratio to generate, then the shape."""
     table = Table(
         "run", "tok/s (median)", "s per call", "x generate", "tok per CPU s", "x generate (CPU)"
     )
@@ -108,5 +116,3 @@ def bench_rollout(
         )
     console.print(table)
     console.print(", ".join(f"{k} {v}" for k, v in result["shape"].items()), markup=False)
-    if out is not None:
-        out.write_text(json.dumps(result, indent=1))
