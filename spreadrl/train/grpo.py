@@ -29,7 +29,11 @@ from spreadrl.env.factory import make_env_pool
 from spreadrl.errors import ConfigError, RunHalted
 from spreadrl.reporting import LogReporter, Reporter
 from spreadrl.rollout.chat import EpisodeChat
+from spreadrl.rollout.colocate import ColocatedRollouts
+from spreadrl.rollout.config import RolloutConfig
+from spreadrl.rollout.policy import Policy
 from spreadrl.rollout.runner import EnvPoolLike
+from spreadrl.train.async_steps import AsyncSteps
 from spreadrl.train.checkpoint import TrainerState, resume_trainer_state
 from spreadrl.train.checks import check_grpo
 from spreadrl.train.config import GRPOConfig
@@ -40,9 +44,9 @@ from spreadrl.train.memory import PeakMemory
 from spreadrl.train.optimizer import build_optimizer, build_scheduler, updates_per_step
 from spreadrl.train.reference import build_reference
 from spreadrl.train.rollout_backend import build_rollout_policy
-from spreadrl.train.rollout_sources import build_rollout_source
+from spreadrl.train.rollout_sources import SyncRollouts
 from spreadrl.train.rollouts import Collector, to_samples
-from spreadrl.train.sampler import prompt_order
+from spreadrl.train.sampler import EpochShuffle, prompt_order
 from spreadrl.train.scoring import Scorer, Scoring
 from spreadrl.train.setup import Checkpointed, Run
 from spreadrl.train.signals import StopSignals
@@ -194,17 +198,15 @@ def open_rollout_source(
         seed=cfg.seed,
         info=info,
     )
-    source = build_rollout_source(
-        rollout=rollout,
-        collect=collect,
-        sampler=sampler,
-        policy=policy,
-        colocated=colocated,
-        held_out=held_out,
-        model=model,
-        tokenizer=tokenizer,
-        optimizer=learner.optimizer,
-        memory=learner.memory,
+    source = start_rollout_source(
+        rollout,
+        collect,
+        sampler,
+        policy,
+        colocated,
+        held_out,
+        learner,
+        tokenizer,
         device=info.device,
         compute=compute,
         steps=cfg.steps,
@@ -213,6 +215,55 @@ def open_rollout_source(
     )
     owned.callback(source.close)
     return source
+
+
+def start_rollout_source(
+    rollout: RolloutConfig,
+    collect: Collector,
+    sampler: EpochShuffle[tuple[str, int]],
+    policy: Policy,
+    colocated: ColocatedRollouts | None,
+    held_out: HeldOut,
+    learner: Learner,
+    tokenizer: PreTrainedTokenizerBase,
+    *,
+    device: str,
+    compute: str,
+    steps: int,
+    start: int,
+    tis_cap: float,
+) -> StepSource:
+    """The synchronous source, or with ``rollout.max_staleness`` > 0 the asynchronous one,
+    its producer started for steps ``start + 1 .. steps`` (docs/async.md)."""
+    model = learner.model
+    if not rollout.max_staleness:  # sampled in the loop with the current weights
+        return SyncRollouts(
+            collect=collect,
+            sampler=sampler,
+            policy=policy,
+            colocated=colocated,
+            evaluation=held_out,
+            model=model,
+            optimizer=learner.optimizer,
+            memory=learner.memory,
+            device=device,
+            compute=compute,
+        )
+    # the next steps' rollouts are sampled during the update, at most max_staleness ahead
+    return AsyncSteps.start(
+        rollout,
+        model,
+        tokenizer,
+        colocated,
+        collect,
+        sampler.state,
+        held_out,
+        policy,
+        steps=steps,
+        start=start,
+        compute=compute,
+        tis_cap=tis_cap,
+    )
 
 
 def train_steps(
