@@ -51,7 +51,7 @@ from spreadrl.train.scoring import Scorer, Scoring
 from spreadrl.train.setup import Checkpointed, Run
 from spreadrl.train.signals import StopSignals
 from spreadrl.train.step_checks import StepChecks
-from spreadrl.train.step_metrics import report_step, step_metrics
+from spreadrl.train.step_metrics import report_step
 from spreadrl.train.step_source import StepSource
 from spreadrl.train.trained_model import build_policy
 
@@ -291,8 +291,7 @@ def train_steps(
             trajs = rollouts.trajectories
             checks.check(step, trajs, rollouts.keep)  # stops before training on the step
             samples = to_samples(trajs, rollouts.advantages, rollouts.keep, cfg.rollout.group_size)
-            metrics = step_metrics(trajs, rollouts.reward_terms, rollouts.keep)
-            metrics.update(rollouts.metrics)
+            metrics = dict(rollouts.metrics)  # phase times, refill rounds
             t_train = time.perf_counter()
             metrics.update(scorer.score(samples))
             metrics.update(source.bookkeeping(step, trajs, samples))
@@ -307,7 +306,7 @@ def train_steps(
             generated = sum(len(t.response_ids) for t in trajs)
             metrics["tokens_per_s"] = generated / max(metrics["step_s"], 1e-9)
             metrics.update(source.held_out(step))
-            report_step(run, step, cfg.steps, metrics, trajs, rollouts.reward_terms, cfg.logging)
+            report_step(run, step, cfg.steps, rollouts, metrics, cfg.logging)
             extra: dict[str, object] = {"sampler": sampler_state}
             saved = run.maybe_save(step, parts, extra)
             if step < cfg.steps and (signal_name := signals.requested(run.info)):
