@@ -22,12 +22,11 @@ from collections.abc import Callable
 import torch
 from transformers import PreTrainedTokenizerBase
 
-from spreadrl.rollout.colocate import FilesSync
+from spreadrl.rollout.colocate import ColocatedRollouts, FilesSync
 from spreadrl.rollout.config import RolloutConfig
 from spreadrl.rollout.hf_policy import HFPolicy
 from spreadrl.rollout.policy import Policy
 from spreadrl.rollout.types import Trajectory
-from spreadrl.rollout.vllm_policy import VLLMPolicy
 from spreadrl.train.async_rollouts import (
     AsyncRollouts,
     FilesReload,
@@ -72,11 +71,11 @@ class AsyncSteps:
         rollout: RolloutConfig,
         model: torch.nn.Module,
         tokenizer: PreTrainedTokenizerBase,
-        engine: VLLMPolicy | None,
+        colocated: ColocatedRollouts | None,
         collect: Callable[[Policy, int], StepRollouts],
         sampler_state: Callable[[], dict[str, object]],
         held_out: HeldOut,
-        eval_policy: Policy,
+        rollout_policy: Policy,
         *,
         steps: int,
         start: int,
@@ -86,11 +85,18 @@ class AsyncSteps:
         """Build and start the producer for steps ``start + 1 .. steps``, at most
         ``rollout.max_staleness`` versions ahead.
 
-        ``engine``: the vLLM policy (None: the hf backend, sampling with a copy of
-        ``model``); ``collect(policy, step)``: one step's rollouts (run in the
-        producer's thread); ``eval_policy``: what the held-out eval samples with (the
-        engine is the producer's alone); ``tis_cap``: the behaviour weights' cap."""
+        ``colocated``: the vLLM engine (None: the hf backend, sampling with a copy of
+        ``model``); ``rollout_policy``: the policy the synchronous loop would sample with (the
+        engine, or the hf policy over ``model``); ``collect(policy, step)``: one step's
+        rollouts (run in the producer's thread); ``tis_cap``: the behaviour weights' cap.
+        The engine is the producer's alone, so the held-out eval samples with the
+        trainer's model (hf)."""
         k = rollout.max_staleness
+        engine = colocated.policy if colocated is not None else None  # the same vLLM policy
+        batch = rollout.group_size * rollout.prompts_per_step
+        eval_policy = (
+            rollout_policy if engine is None else HFPolicy(model, tokenizer, max_batch_size=batch)
+        )
         if engine is not None:
             files = FilesSync(engine)
             reload = FilesReload(engine, files)
@@ -107,7 +113,6 @@ class AsyncSteps:
             sampler_model = copy.deepcopy(model)
             for p in sampler_model.parameters():
                 p.requires_grad_(False)
-            batch = rollout.group_size * rollout.prompts_per_step
             inner = HFPolicy(sampler_model, tokenizer, max_batch_size=batch)
             policy = versioned(inner, weight_loader(sampler_model), version=start)
 

@@ -29,7 +29,11 @@ from spreadrl.env.factory import make_env_pool
 from spreadrl.errors import ConfigError, RunHalted
 from spreadrl.reporting import LogReporter, Reporter
 from spreadrl.rollout.chat import EpisodeChat
+from spreadrl.rollout.colocate import ColocatedRollouts
+from spreadrl.rollout.config import RolloutConfig
+from spreadrl.rollout.policy import Policy
 from spreadrl.rollout.runner import EnvPoolLike
+from spreadrl.train.async_steps import AsyncSteps
 from spreadrl.train.checkpoint import TrainerState, resume_trainer_state
 from spreadrl.train.checks import check_grpo
 from spreadrl.train.config import GRPOConfig
@@ -40,14 +44,14 @@ from spreadrl.train.memory import PeakMemory
 from spreadrl.train.optimizer import build_optimizer, build_scheduler, updates_per_step
 from spreadrl.train.reference import build_reference
 from spreadrl.train.rollout_backend import build_rollout_policy
-from spreadrl.train.rollout_sources import build_rollout_source
+from spreadrl.train.rollout_sources import SyncRollouts
 from spreadrl.train.rollouts import Collector, to_samples
-from spreadrl.train.sampler import prompt_order
+from spreadrl.train.sampler import EpochShuffle, prompt_order
 from spreadrl.train.scoring import Scorer, Scoring
 from spreadrl.train.setup import Checkpointed, Run
 from spreadrl.train.signals import StopSignals
 from spreadrl.train.step_checks import StepChecks
-from spreadrl.train.step_metrics import report_step, step_metrics
+from spreadrl.train.step_metrics import report_step
 from spreadrl.train.step_source import StepSource
 from spreadrl.train.trained_model import build_policy
 
@@ -194,17 +198,15 @@ def open_rollout_source(
         seed=cfg.seed,
         info=info,
     )
-    source = build_rollout_source(
-        rollout=rollout,
-        collect=collect,
-        sampler=sampler,
-        policy=policy,
-        colocated=colocated,
-        held_out=held_out,
-        model=model,
-        tokenizer=tokenizer,
-        optimizer=learner.optimizer,
-        memory=learner.memory,
+    source = start_rollout_source(
+        rollout,
+        collect,
+        sampler,
+        policy,
+        colocated,
+        held_out,
+        learner,
+        tokenizer,
         device=info.device,
         compute=compute,
         steps=cfg.steps,
@@ -213,6 +215,55 @@ def open_rollout_source(
     )
     owned.callback(source.close)
     return source
+
+
+def start_rollout_source(
+    rollout: RolloutConfig,
+    collect: Collector,
+    sampler: EpochShuffle[tuple[str, int]],
+    policy: Policy,
+    colocated: ColocatedRollouts | None,
+    held_out: HeldOut,
+    learner: Learner,
+    tokenizer: PreTrainedTokenizerBase,
+    *,
+    device: str,
+    compute: str,
+    steps: int,
+    start: int,
+    tis_cap: float,
+) -> StepSource:
+    """The synchronous source, or with ``rollout.max_staleness`` > 0 the asynchronous one,
+    its producer started for steps ``start + 1 .. steps`` (docs/async.md)."""
+    model = learner.model
+    if not rollout.max_staleness:  # sampled in the loop with the current weights
+        return SyncRollouts(
+            collect=collect,
+            sampler=sampler,
+            policy=policy,
+            colocated=colocated,
+            evaluation=held_out,
+            model=model,
+            optimizer=learner.optimizer,
+            memory=learner.memory,
+            device=device,
+            compute=compute,
+        )
+    # the next steps' rollouts are sampled during the update, at most max_staleness ahead
+    return AsyncSteps.start(
+        rollout,
+        model,
+        tokenizer,
+        colocated,
+        collect,
+        sampler.state,
+        held_out,
+        policy,
+        steps=steps,
+        start=start,
+        compute=compute,
+        tis_cap=tis_cap,
+    )
 
 
 def train_steps(
@@ -240,8 +291,7 @@ def train_steps(
             trajs = rollouts.trajectories
             checks.check(step, trajs, rollouts.keep)  # stops before training on the step
             samples = to_samples(trajs, rollouts.advantages, rollouts.keep, cfg.rollout.group_size)
-            metrics = step_metrics(trajs, rollouts.reward_terms, rollouts.keep)
-            metrics.update(rollouts.metrics)
+            metrics = dict(rollouts.metrics)  # phase times, refill rounds
             t_train = time.perf_counter()
             metrics.update(scorer.score(samples))
             metrics.update(source.bookkeeping(step, trajs, samples))
@@ -256,7 +306,7 @@ def train_steps(
             generated = sum(len(t.response_ids) for t in trajs)
             metrics["tokens_per_s"] = generated / max(metrics["step_s"], 1e-9)
             metrics.update(source.held_out(step))
-            report_step(run, step, cfg.steps, metrics, trajs, rollouts.reward_terms, cfg.logging)
+            report_step(run, step, cfg.steps, rollouts, metrics, cfg.logging)
             extra: dict[str, object] = {"sampler": sampler_state}
             saved = run.maybe_save(step, parts, extra)
             if step < cfg.steps and (signal_name := signals.requested(run.info)):

@@ -9,6 +9,7 @@ from spreadrl.train.config import LoggingConfig
 from spreadrl.train.distributed import all_reduce
 from spreadrl.train.memory import MEMORY_KEYS
 from spreadrl.train.setup import Run
+from spreadrl.train.step_source import StepRollouts
 from spreadrl.train.trajectory_log import save_step_trajectories
 
 
@@ -135,20 +136,22 @@ def report_step(
     run: Run,
     step: int,
     total: int,
+    rollouts: StepRollouts,
     metrics: dict[str, float],
-    trajs: list[Trajectory],
-    reward_terms: list[dict[str, float]],
     logging: LoggingConfig,
 ) -> None:
-    """Reduce the step's metrics over ranks; on rank 0 log them, keep a spread of its
-    trajectories and print its line (every ``logging.every_steps`` steps and the last)."""
+    """The step's figures (:func:`step_metrics` of its ``rollouts``, then ``metrics``: the
+    phases' own) reduced over ranks; on rank 0 logged, a spread of its trajectories kept
+    and its line printed (every ``logging.every_steps`` steps and the last)."""
+    trajs, terms = rollouts.trajectories, rollouts.reward_terms
+    metrics = {**step_metrics(trajs, terms, rollouts.keep), **metrics}
     if run.info.enabled:  # a collective: every rank reduces
         metrics = reduce_over_ranks(metrics, len(trajs))
     if not run.info.is_main:
         return
     line = step_line(step, total, metrics)
     run.metrics.log(step, metrics)
-    save_step_trajectories(run.out, step, trajs, reward_terms, logging.trajectories_per_step)
+    save_step_trajectories(run.out, step, trajs, terms, logging.trajectories_per_step)
     if step % max(1, logging.every_steps) == 0 or step == total:
         run.reporter.line(line)
     if "eval/pass@1" in metrics:
