@@ -147,6 +147,85 @@ DEMO_ENTRIES = (
 """What the demo writes in its folder: the only entries a later demo run replaces."""
 
 
+def held_out_eval(
+    model: PreTrainedModel,
+    tokenizer: PreTrainedTokenizerBase,
+    model_dir: Path,
+    name: str,
+    test: TaskSet,
+    grpo_cfg: GRPOConfig,
+    settings: DemoSettings,
+    reporter: Reporter,
+) -> dict[str, Any]:
+    """Evaluate the in-memory ``model`` on the held-out ``test`` tasks (into
+    ``out/eval-NAME``), sampled with the RL recipe's rollout section as in training and
+    with one seed for both models; the report is told to ``reporter`` and returned."""
+    model.eval()
+    policy = HFPolicy(model, tokenizer)
+    with make_env_pool(grpo_cfg.env, workers=0) as pool:
+        report = run_eval(
+            test,
+            policy,
+            pool,
+            grpo_cfg.rollout,  # sampling and budgets of the RL recipe, as in training
+            settings.out / f"eval-{name}",
+            run=RunValues(seed=settings.seed + 12345),
+            tokenizer=tokenizer,
+            samples=settings.eval_samples,
+            k_values=(1, settings.eval_samples),
+            meta={"model": str(model_dir)},
+            reporter=reporter,
+        )
+    render_report(report, reporter, title=f"{name} model on held-out tasks")
+    return report
+
+
+def sft_cold_start(
+    settings: DemoSettings,
+    grpo_cfg: GRPOConfig,
+    train: TaskSet,
+    init_dir: Path,
+    sft_path: Path,
+    reporter: Reporter,
+) -> tuple[Path, dict[str, Any]]:
+    """SFT of the model in ``init_dir`` on ``sft_path``, validated in memory every
+    ``sft_check_every`` steps and stopped at ``sft_target_pass``.
+
+    Returns the SFT run's final model folder and what the last check saw: ``steps``,
+    ``val_rate`` and the ``model`` and ``tokenizer`` still in memory."""
+    validation = TaskSet(train.root, train.tasks[: settings.eval_validation_tasks])
+    sft_state: dict[str, Any] = {"steps": 0, "val_rate": 0.0}
+
+    def validate(step: int, model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase) -> bool:
+        sft_state.update(steps=step, model=model, tokenizer=tokenizer)
+        if step % settings.sft_check_every and step < settings.sft_max_steps:
+            return False
+        sft_state["val_rate"] = quick_pass_rate(model, tokenizer, validation, grpo_cfg, settings)
+        reporter.line(
+            f"  validation pass@1 (training tasks, T={settings.temperature}) "
+            f"after {step} steps: {100 * sft_state['val_rate']:.1f}%"
+        )
+        return sft_state["val_rate"] >= settings.sft_target_pass
+
+    sft_cfg = load_config(
+        SFTConfig,
+        None,
+        [
+            f"model.name_or_path={init_dir}",
+            f"data.path={sft_path}",
+            f"output_dir={settings.out / 'sft'}",
+            f"steps={settings.sft_max_steps}",
+            f"batch_size={settings.sft_batch_size}",
+            f"optim.lr={settings.sft_lr}",
+            f"seed={settings.seed}",
+            f"logging.every_steps={settings.sft_check_every}",
+            "checkpoint.every_steps=0",  # one process, nothing to resume between checks
+        ],
+    )
+    sft_model = train_sft(sft_cfg, reporter=reporter, on_step=validate, shared_prefix=True)
+    return sft_model, sft_state
+
+
 def claim_demo_folder(settings: DemoSettings) -> None:
     """Make ``settings.out`` this demo's folder, deleting nothing the demo did not write.
 
@@ -235,65 +314,23 @@ def run_demo(settings: DemoSettings, reporter: Reporter) -> dict[str, Any]:
     # policy passes sft_target_pass of a slice of its training tasks when sampling
     # (RL needs a non-zero pass rate, and headroom to show what it adds)
     reporter.section("4. SFT cold start")
-    validation = TaskSet(train.root, train.tasks[: settings.eval_validation_tasks])
-    sft_state: dict[str, Any] = {"steps": 0, "val_rate": 0.0}
-
-    def validate(step: int, model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase) -> bool:
-        sft_state.update(steps=step, model=model, tokenizer=tokenizer)
-        if step % settings.sft_check_every and step < settings.sft_max_steps:
-            return False
-        sft_state["val_rate"] = quick_pass_rate(model, tokenizer, validation, grpo_cfg, settings)
-        reporter.line(
-            f"  validation pass@1 (training tasks, T={settings.temperature}) "
-            f"after {step} steps: {100 * sft_state['val_rate']:.1f}%"
-        )
-        return sft_state["val_rate"] >= settings.sft_target_pass
-
-    sft_cfg = load_config(
-        SFTConfig,
-        None,
-        [
-            f"model.name_or_path={init_dir}",
-            f"data.path={sft_path}",
-            f"output_dir={out / 'sft'}",
-            f"steps={settings.sft_max_steps}",
-            f"batch_size={settings.sft_batch_size}",
-            f"optim.lr={settings.sft_lr}",
-            f"seed={settings.seed}",
-            f"logging.every_steps={settings.sft_check_every}",
-            "checkpoint.every_steps=0",  # one process, nothing to resume between checks
-        ],
-    )
-    sft_model = train_sft(sft_cfg, reporter=reporter, on_step=validate, shared_prefix=True)
+    sft_model, sft_state = sft_cold_start(settings, grpo_cfg, train, init_dir, sft_path, reporter)
     steps, val_rate = sft_state["steps"], sft_state["val_rate"]
     stage("sft")
-
-    def evaluate(
-        model: PreTrainedModel, tok: PreTrainedTokenizerBase, model_dir: Path, name: str
-    ) -> dict[str, Any]:
-        model.eval()
-        policy = HFPolicy(model, tok)
-        with make_env_pool(grpo_cfg.env, workers=0) as pool:
-            report = run_eval(
-                test,
-                policy,
-                pool,
-                grpo_cfg.rollout,  # sampling and budgets of the RL recipe, as in training
-                out / f"eval-{name}",
-                run=RunValues(seed=settings.seed + 12345),
-                tokenizer=tok,
-                samples=settings.eval_samples,
-                k_values=(1, settings.eval_samples),
-                meta={"model": str(model_dir)},
-                reporter=reporter,
-            )
-        render_report(report, reporter, title=f"{name} model on held-out tasks")
-        return report
 
     # 5. evaluate the SFT model (sampled at the training temperature)
     reporter.section("5. eval after SFT")
     # the SFT run's model, still in memory (it is what sft/final holds)
-    before = evaluate(sft_state["model"], sft_state["tokenizer"], sft_model, "sft")
+    before = held_out_eval(
+        sft_state["model"],
+        sft_state["tokenizer"],
+        sft_model,
+        "sft",
+        test,
+        grpo_cfg,
+        settings,
+        reporter,
+    )
     del sft_state["model"]
     stage("eval_sft")
 
@@ -306,7 +343,7 @@ def run_demo(settings: DemoSettings, reporter: Reporter) -> dict[str, Any]:
     # 7. evaluate the GRPO model on the same held-out tasks
     reporter.section("7. eval after GRPO")
     model, tok = load_model_and_tokenizer(str(grpo_model))
-    after = evaluate(model, tok, grpo_model, "grpo")
+    after = held_out_eval(model, tok, grpo_model, "grpo", test, grpo_cfg, settings, reporter)
     stage("eval_grpo")
 
     delta, half, cases = _paired_delta(before["per_case"], after["per_case"])
