@@ -3,7 +3,8 @@
 Reward curves say that something changed; the trajectories say what: reward
 hacking, a broken tool, a format the parser misses. Each GRPO step appends
 ``logging.trajectories_per_step`` of its rollouts to ``RUN/trajectories.jsonl``
-(the eval's format plus ``step`` and ``reward_parts``), spread over the step's
+(the eval's format plus ``step`` and ``reward_parts``: the episode's reward terms,
+outcome, tcr, overlong, under the file's key), spread over the step's
 reward range so passing and failing episodes both show. ``spreadrl view`` reads
 the file. Token ids are left out; the text, tool calls, observations and the
 cells each call changed (``metadata.cell_changes``) are kept.
@@ -14,7 +15,8 @@ from __future__ import annotations
 import json
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+
+from spreadrl.rollout.types import Trajectory
 
 TRAJECTORIES = "trajectories.jsonl"
 
@@ -37,8 +39,8 @@ def pick_spread(rewards: Sequence[float], count: int) -> list[int]:
 def save_step_trajectories(
     out: Path,
     step: int,
-    trajectories: Sequence[Any],
-    reward_parts: Sequence[dict[str, float]],
+    trajectories: Sequence[Trajectory],
+    reward_terms: Sequence[dict[str, float]],
     count: int,
 ) -> int:
     """Append ``count`` of this step's trajectories to ``out/trajectories.jsonl``; return how many."""
@@ -49,6 +51,6 @@ def save_step_trajectories(
     with (out / TRAJECTORIES).open("a") as fh:
         for i in chosen:
             row = {"step": step, **trajectories[i].to_json(with_tokens=False)}
-            row["reward_parts"] = reward_parts[i] if i < len(reward_parts) else {}
+            row["reward_parts"] = reward_terms[i] if i < len(reward_terms) else {}
             fh.write(json.dumps(row, default=str) + "\n")
     return len(chosen)
