@@ -55,15 +55,14 @@ def check(
 
       spreadrl check tasks/ --outputs runs/outputs --scoring spreadsheetbench
     """
-    from rich.console import Console
-
+    from spreadrl.cli.console import cli_console
     from spreadrl.env.checker import check_scoring_name
 
     check_engine_name(engine, "--engine")
     check_scoring_name(scoring, "--scoring")
     check_locale_name(locale, "--locale")
     options = {"engine": engine, "scoring": scoring, "locale": locale}
-    console = Console()
+    console = cli_console()
     if task is not None or output is not None:
         if task is None or output is None:
             raise SpreadrlError("checking one output needs both --task and --output")

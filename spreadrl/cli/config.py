@@ -64,9 +64,9 @@ def list_recipes() -> None:
 
       spreadrl config list
     """
-    from rich.console import Console
     from rich.table import Table
 
+    from spreadrl.cli.console import cli_console
     from spreadrl.recipes import shipped_recipes
 
     table = Table(title="shipped recipes (--config NAME)")
@@ -74,7 +74,7 @@ def list_recipes() -> None:
     table.add_column("what it is")
     for name, path in shipped_recipes().items():
         table.add_row(name, _first_comment(path))
-    Console().print(table)
+    cli_console().print(table)
 
 
 def _first_comment(path: Path) -> str:

@@ -70,6 +70,22 @@ def quiet_third_party() -> None:
         hf_logging.set_verbosity_error()
 
 
+def cli_console(*, stderr: bool = False, width: int | None = None) -> Console:
+    """The CLI's rich console: wrapped for reading on a terminal, one line per message off one.
+
+    Off a terminal (a pipe, ``| tee log``, a scheduler collecting stdout, CI, a
+    test's captured output) rich would still hard-wrap every line at 80 columns
+    (or ``COLUMNS``), cutting a printed path across lines, so ``grep`` and
+    copy-paste miss it. git, pip and pytest never wrap output that does not go to
+    a terminal; neither does this console there: it soft-wraps (each message
+    stays one line, however long). Tables and rules still take their width from
+    ``COLUMNS`` (or 80). ``width`` fixes the width on a terminal and off it.
+    """
+    console = Console(stderr=stderr, width=width)
+    console.soft_wrap = not console.is_terminal
+    return console
+
+
 def plain(value: object) -> str:
     """``value`` as text to put inside a markup string: its brackets are printed, not parsed."""
     return escape(str(value))
@@ -77,7 +93,7 @@ def plain(value: object) -> str:
 
 def print_error(message: str, console: Console | None = None) -> None:
     """The CLI's one error line: a red ``error:`` prefix, then ``message`` verbatim (no markup)."""
-    console = console or Console(stderr=True)
+    console = console or cli_console(stderr=True)
     console.print(f"[bold red]error:[/] {plain(message)}", highlight=False, soft_wrap=True)
 
 
@@ -149,7 +165,7 @@ class RichReporter:
     warnings in yellow; alert rows of a table in red."""
 
     def __init__(self, console: Console | None = None) -> None:
-        self.console = console or Console()
+        self.console = console or cli_console()
 
     def line(self, text: str, *, level: Level = "info") -> None:
         style = "yellow" if level == "warning" else None

@@ -55,11 +55,10 @@ def synth(
       spreadrl data synth --out data/easy --n 50 --seed 2 --families aggregate,lookup \\
           --difficulty easy --cases 1
     """
-    from rich.console import Console
-
+    from spreadrl.cli.console import cli_console
     from spreadrl.env.case_check import verify_case
 
-    console = Console()
+    console = cli_console()
     if list_families:
         from rich.table import Table
 
@@ -142,8 +141,9 @@ def import_(
       spreadrl data import --from spreadsheet-rl ~/pq/test_2_qwen3_coder.parquet \\
           --workbooks ~/data/spreadsheets.zip --out data/srl-test2
     """
-    from rich.console import Console
     from rich.table import Table
+
+    from spreadrl.cli.console import cli_console
 
     if source not in IMPORT_SOURCES:
         raise SpreadrlError(f"--from {source!r}: expected one of {', '.join(IMPORT_SOURCES)}")
@@ -163,7 +163,7 @@ def import_(
             skip_bad=skip_bad,
             overwrite=overwrite,
         )
-    console = Console()
+    console = cli_console()
     console.print(f"imported {report.imported} task(s) from {src} into {report.out}", markup=False)
     if report.skipped:
         table = Table(title=f"skipped {len(report.skipped)} task(s)", title_style="red")
@@ -195,13 +195,13 @@ def info(
     """
     import json
 
-    from rich.console import Console
+    from spreadrl.cli.console import cli_console
 
     summary = summarize_tasks(load_tasks(tasks_dir, skip_bad=skip_bad), count_cells=cells)
     if as_json:
         typer.echo(json.dumps(summary, indent=2, ensure_ascii=False))
         return
-    Console().print(render_summary(summary))
+    cli_console().print(render_summary(summary))
 
 
 @app.command("builtin")
@@ -218,12 +218,12 @@ def builtin(
 
       spreadrl data builtin --split demo-train --out data/demo-train
     """
-    from rich.console import Console
+    from spreadrl.cli.console import cli_console
 
     if split not in BUILTIN_SPLITS:
         raise SpreadrlError(f"--split {split!r}: expected one of {', '.join(BUILTIN_SPLITS)}")
     task_set = builtin_tasks(split)
-    console = Console()
+    console = cli_console()
     if out is None:
         console.print(f"built-in {split}: {len(task_set)} tasks")
         typer.echo(str(task_set.root))

@@ -71,9 +71,9 @@ def download(
 
       spreadrl data download taco --out data/taco --data-files ~/taco/train.parquet
     """
-    from rich.console import Console
+    from spreadrl.cli.console import cli_console
 
-    console = Console()
+    console = cli_console()
     if list_sets:
         _print_datasets(console)
         return
@@ -232,10 +232,11 @@ def _chosen_filters(
 
 def _print_filter_report(tasks_dir: Path, report: filters.FilterReport) -> None:
     """The counts per filter, the first 30 removed tasks with why, and where the rest went."""
-    from rich.console import Console
     from rich.table import Table
 
-    console = Console()
+    from spreadrl.cli.console import cli_console
+
+    console = cli_console()
     table = Table(title=f"{tasks_dir}: kept {len(report.kept)} of {report.total}")
     table.add_column("filter")
     table.add_column("removed", justify="right")
@@ -272,7 +273,7 @@ def split(
 
       spreadrl data split data/srl-clean --out data/srl-splits --ratios 0.8,0.1,0.1 --seed 0
     """
-    from rich.console import Console
+    from spreadrl.cli.console import cli_console
 
     report = split_tasks(
         load_tasks(tasks_dir),
@@ -283,7 +284,7 @@ def split(
         overwrite=overwrite,
     )
     counts = ", ".join(f"{name} {len(ids)}" for name, ids in report.splits.items())
-    Console().print(
+    cli_console().print(
         f"split {tasks_dir} into {counts} (seed {seed}; "
         f"{len(report.clusters)} near-duplicate clusters kept whole) under {out}",
         markup=False,

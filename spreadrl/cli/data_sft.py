@@ -63,8 +63,7 @@ def sft_build(
       spreadrl data sft-build --tasks data/train --backend openai --model Qwen/Qwen3-4B \\
           --base-url http://127.0.0.1:8000/v1 --samples 4 --out runs/rs.jsonl
     """
-    from rich.console import Console
-
+    from spreadrl.cli.console import cli_console
     from spreadrl.env.factory import make_env_pool
     from spreadrl.rollout.backends import load_policy
     from spreadrl.rollout.config import RolloutConfig
@@ -92,7 +91,7 @@ def sft_build(
             max_chars=max_chars,
             context=context,
         )
-    Console().print(report.summary(), markup=False)
+    cli_console().print(report.summary(), markup=False)
 
 
 def _task_set(source: str | None) -> TaskSet:

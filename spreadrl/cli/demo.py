@@ -8,6 +8,8 @@ from typing import Any
 import typer
 from rich.console import Console
 
+from spreadrl.cli.console import cli_console
+
 
 def demo(
     out: Path = typer.Option(
@@ -55,7 +57,7 @@ def demo(
             eval_samples=eval_samples,
             grpo_config=config,
         )
-    console = Console()
+    console = cli_console()
     print_summary(run_demo(settings, RichReporter(console)), console)
 
 
@@ -77,4 +79,10 @@ def print_summary(summary: dict[str, Any], console: Console) -> None:
         f"{minutes:.1f} min in all; per family and stage: {out}/summary.md",
         f"look at the run:  [bold cyan]spreadrl view {out}[/]",
     ]
-    console.print(Panel("\n".join(lines), title="spreadrl demo", expand=False))
+    if console.is_terminal:
+        console.print(Panel("\n".join(lines), title="spreadrl demo", expand=False))
+        return
+    # a log or a pipe: the same lines unboxed, as a panel wraps its text (and a path) at its width
+    console.print("[bold]spreadrl demo[/]", soft_wrap=True)
+    for line in lines:
+        console.print(line, soft_wrap=True)

@@ -34,9 +34,9 @@ def tools(
 
       spreadrl env tools --preset write_range,inspect_range
     """
-    from rich.console import Console
     from rich.table import Table
 
+    from spreadrl.cli.console import cli_console
     from spreadrl.env.tools import resolve_tools, signature
 
     chosen = resolve_tools(preset)
@@ -49,7 +49,7 @@ def tools(
     table.add_column("description")
     for tool in chosen:
         table.add_row(tool.name, signature(tool).split("(", 1)[1][:-1], tool.description)
-    Console().print(table)
+    cli_console().print(table)
 
 
 def _find_task(ref: str, tasks_dir: Path | None, trajectory: Path) -> Task:

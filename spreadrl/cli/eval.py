@@ -195,9 +195,9 @@ def compare(
 
       spreadrl eval compare runs/eval-sft/report.json runs/eval/report.json
     """
-    from rich.console import Console
     from rich.table import Table
 
+    from spreadrl.cli.console import cli_console
     from spreadrl.eval.compare import compare as compare_runs
     from spreadrl.eval.compare import task_set_of
     from spreadrl.eval.report import load_report
@@ -211,7 +211,7 @@ def compare(
     table.add_row("cases", str(diff.shared + len(diff.only_a)), str(diff.shared + len(diff.only_b)))
     for key, (a, b) in diff.metrics.items():
         table.add_row(key, _fmt(a), _fmt(b))
-    console = Console()
+    console = cli_console()
     console.print(table)
     if diff.scoring[0] != diff.scoring[1]:
         console.print(f"[yellow]scored two ways:[/] {diff.scoring[0]} vs {diff.scoring[1]}")

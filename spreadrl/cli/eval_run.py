@@ -12,9 +12,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from rich.console import Console
-
-from spreadrl.cli.console import RichReporter, plain
+from spreadrl.cli.console import RichReporter, cli_console, plain
 from spreadrl.errors import SpreadrlError
 
 if TYPE_CHECKING:
@@ -77,7 +75,7 @@ def run_eval_command(
     from spreadrl.eval.report import no_episode_started, render_report, some_did_not_start
     from spreadrl.run_folder import claim_run_folder
 
-    console = Console()
+    console = cli_console()
     task_set = resolve_tasks(spec.tasks, skip_bad=skip_bad)
     for problem in task_set.problems:  # --skip-bad: name each task left out, and why
         console.print(

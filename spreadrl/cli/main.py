@@ -9,7 +9,6 @@ from __future__ import annotations
 import sys
 
 import typer
-from rich.console import Console
 
 from spreadrl import __version__
 from spreadrl.cli import (
@@ -28,7 +27,7 @@ from spreadrl.cli import (
     sft,
 )
 from spreadrl.cli import view as view_cli
-from spreadrl.cli.console import plain_help, print_error, quiet_third_party
+from spreadrl.cli.console import cli_console, plain_help, print_error, quiet_third_party
 from spreadrl.errors import RunStopped, SpreadrlError
 
 app = typer.Typer(
@@ -74,12 +73,12 @@ def version_command() -> None:
 
       spreadrl version
     """
-    Console().print(_versions())
+    cli_console().print(_versions())
 
 
 def _version_callback(value: bool) -> None:
     if value:
-        Console().print(_versions())
+        cli_console().print(_versions())
         raise typer.Exit()
 
 
@@ -118,7 +117,7 @@ def main() -> None:
         sys.exit(1)
     except RunStopped as stopped:  # a signal stopped training after saving (e.g. in the demo)
         if stopped.announce:
-            Console(stderr=True).print(
+            cli_console(stderr=True).print(
                 stopped.message, highlight=False, markup=False, soft_wrap=True
             )
         sys.exit(0)

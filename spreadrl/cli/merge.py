@@ -50,8 +50,7 @@ def merge(
 
       spreadrl merge --checkpoint runs/fsdp/ckpt/step-000060/model --base models/4b --out models/4b-rl
     """
-    from rich.console import Console
-
+    from spreadrl.cli.console import cli_console
     from spreadrl.run_folder import check_output_folder
     from spreadrl.train.merge import adapter_base, export_checkpoint, merge_lora
 
@@ -61,7 +60,7 @@ def merge(
         raise ConfigError(
             "give exactly one of --adapter or --checkpoint (see spreadrl merge --help)"
         )
-    console = Console()
+    console = cli_console()
     if adapter is not None:
         path = merge_lora(
             base if base is not None else adapter_base(adapter),

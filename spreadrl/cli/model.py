@@ -49,8 +49,7 @@ def init(
     """
     import time
 
-    from rich.console import Console
-
+    from spreadrl.cli.console import cli_console
     from spreadrl.models.init import PRESETS, count_parameters, init_model, make_config
     from spreadrl.models.qwen3 import QWEN3_VOCAB_SIZE, TOKENIZER_CHOICES, load_qwen3_tokenizer
     from spreadrl.models.tokenizer import default_corpus, task_corpus, train_tokenizer
@@ -65,7 +64,7 @@ def init(
         raise ConfigError(
             f"--tokenizer {tokenizer_name!r} is unknown; choose one of {TOKENIZER_CHOICES}"
         )
-    console = Console()
+    console = cli_console()
     start = time.perf_counter()
     rows: int | None = None
     if tokenizer_name == "qwen3":
@@ -101,9 +100,9 @@ def info(path: Path = typer.Argument(..., help="A Hugging Face model folder.")) 
 
       spreadrl model info runs/grpo/final
     """
-    from rich.console import Console
     from rich.table import Table
 
+    from spreadrl.cli.console import cli_console
     from spreadrl.models.init import count_parameters
 
     config_file = path / "config.json"
@@ -139,4 +138,4 @@ def info(path: Path = typer.Argument(..., help="A Hugging Face model folder.")) 
         table.add_row("chat template", "yes" if tokenizer.chat_template else "no")
     except (OSError, ValueError) as exc:
         table.add_row("tokenizer", f"unreadable: {exc}")
-    Console().print(table)
+    cli_console().print(table)

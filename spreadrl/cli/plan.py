@@ -44,8 +44,7 @@ def plan(
 
       spreadrl plan configs/grpo-tcr-4b.yaml model.name_or_path=runs/4b --gpus 1
     """
-    from rich.console import Console
-
+    from spreadrl.cli.console import cli_console
     from spreadrl.train.config import GRPOConfig
     from spreadrl.train.plan import Hardware, plan_recipe
 
@@ -60,7 +59,7 @@ def plan(
         # memory is not what stops it (e.g. the prompts do not divide over the ranks):
         # a table of "fits" rows above "does not fit" would contradict itself
         raise ConfigError(f"{recipe}: cannot run on {gpus} GPUs; " + "; ".join(result.problems))
-    Console().print(
+    cli_console().print(
         _plan_table(f"{recipe.name} on {gpus} x {gpu_memory:g} GiB", cfg, result, shape)
     )
     if not result.fits:

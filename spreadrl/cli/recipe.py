@@ -12,7 +12,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from rich.console import Console
+from spreadrl.cli.console import cli_console
 
 
 def run_recipe(
@@ -38,7 +38,7 @@ def run_recipe(
     from spreadrl.rollout.allocator import use_expandable_segments
 
     cfg: Any = load_config(config_type, config, overrides or [])
-    console = Console()
+    console = cli_console()
     if print_config:
         console.print(dump_config(cfg), highlight=False, markup=False)
         return

@@ -144,9 +144,7 @@ def _serve_policy(
     log_level: str,
 ) -> None:
     """Serve on ``sock`` until SIGINT/SIGTERM; the policy's engine stops whatever happens."""
-    from rich.console import Console
-
-    from spreadrl.cli.console import plain
+    from spreadrl.cli.console import cli_console, plain
     from spreadrl.serve.app import create_app
     from spreadrl.serve.limits import close_policy
     from spreadrl.serve.listen import serve_on, url_of
@@ -154,7 +152,7 @@ def _serve_policy(
     try:
         app = create_app(settings, policy, tokenizer, work_dir=work_dir, view_dir=view)
         where = f"open {url_of(sock)}" + (f" (viewer: {url_of(sock, '/view/')})" if view else "")
-        Console().print(
+        cli_console().print(
             f"[bold]spreadrl serve[/] {plain(settings.model_name)}: {plain(where)}", highlight=False
         )
         # uvicorn's own shutdown: on SIGINT/SIGTERM it stops accepting, finishes in-flight

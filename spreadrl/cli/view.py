@@ -29,7 +29,7 @@ def view(
     host: str = typer.Option("127.0.0.1", help="Interface to listen on (0.0.0.0 for all)."),
     port: int = typer.Option(8400, min=0, max=65535, help="TCP port."),
 ) -> None:
-    from rich.console import Console
+    from spreadrl.cli.console import cli_console
 
     if not run_dir.is_dir():
         raise SpreadrlError(f"{run_dir}: not a folder; pass a run folder such as runs/demo")
@@ -51,7 +51,7 @@ def view(
     from spreadrl.serve.listen import bind, serve_on, url_of
 
     sock = bind(host, port)  # a taken port: one error line, and no URL printed
-    console = Console()
+    console = cli_console()
     console.print(
         f"[bold]spreadrl view[/] {plain(run_dir)}: {len(runs)} run folder(s): "
         f"{plain(', '.join(runs))}"

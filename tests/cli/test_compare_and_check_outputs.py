@@ -26,7 +26,7 @@ def _report(folder: Path, per_case: dict[str, float], tasks: str) -> Path:
 def _compare(a: Path, b: Path) -> str:
     result = runner.invoke(app, ["eval", "compare", str(a), str(b)], terminal_width=200)
     assert result.exit_code == 0, result.output
-    return " ".join(result.output.split())
+    return result.output
 
 
 def test_compare_of_unrelated_task_sets_warns_and_measures_no_change(tmp_path):

@@ -3,10 +3,10 @@
 from __future__ import annotations
 
 import typer
-from rich.console import Console
 from rich.table import Table
 
 from spreadrl.bench.check import check_rows
+from spreadrl.cli.console import cli_console
 
 
 def bench_check(
@@ -28,4 +28,4 @@ def bench_check(
     table = Table("measure", "engine", "value")
     for row in check_rows(tasks, formulas, builtin, passes):
         table.add_row(*row)
-    Console().print(table)
+    cli_console().print(table)

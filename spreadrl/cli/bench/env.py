@@ -3,10 +3,10 @@
 from __future__ import annotations
 
 import typer
-from rich.console import Console
 from rich.table import Table
 
 from spreadrl.bench.env import env_rows
+from spreadrl.cli.console import cli_console
 
 
 def bench_env(
@@ -29,4 +29,4 @@ def bench_env(
     table.add_column("value", justify="right")
     for row in rows:
         table.add_row(*row)
-    Console().print(table)
+    cli_console().print(table)

@@ -8,11 +8,10 @@ from pathlib import Path
 from typing import Any
 
 import typer
-from rich.console import Console
 from rich.table import Table
 
 from spreadrl.bench.gpu import FULL, QUICK, SMOKE, SPLIT, run_bench
-from spreadrl.cli.console import RichReporter
+from spreadrl.cli.console import RichReporter, cli_console
 from spreadrl.errors import ConfigError
 from spreadrl.run_folder import check_output_folder
 
@@ -68,7 +67,7 @@ def bench_gpu(
         micro_batch_tokens=micro_batch_tokens or base.micro_batch_tokens,
         steps=steps or base.steps,
     )
-    console = Console()
+    console = cli_console()
     with tempfile.TemporaryDirectory(prefix="spreadrl-bench-gpu-") as tmp:
         folder = out if out is not None else Path(tmp)
         report = run_bench(

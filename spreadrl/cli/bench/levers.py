@@ -7,10 +7,10 @@ from pathlib import Path
 
 import torch
 import typer
-from rich.console import Console
 from rich.table import Table
 
 from spreadrl.bench.levers import VARIANTS, LeverShape, run_levers
+from spreadrl.cli.console import cli_console
 from spreadrl.errors import ConfigError
 from spreadrl.run_folder import check_output_file, check_output_folder
 
@@ -73,9 +73,9 @@ def bench_levers(
             f"{r['first_loss']:.6f}",
             f"{r['first_grad_norm']:.6f}",
         )
-    console = Console()
+    console = cli_console()
     if not console.is_terminal:  # piped into a file or docs: room for every column
-        console = Console(width=200)
+        console = cli_console(width=200)
     console.print(table)
     device_name = torch.cuda.get_device_name(device) if device.startswith("cuda") else "cpu"
     console.print(

@@ -6,10 +6,10 @@ import json
 from pathlib import Path
 
 import typer
-from rich.console import Console
 from rich.table import Table
 
 from spreadrl.bench.recalc_fidelity import fidelity_report, run_fidelity
+from spreadrl.cli.console import cli_console
 from spreadrl.env import recalc
 from spreadrl.errors import SpreadrlError
 
@@ -36,7 +36,7 @@ def bench_recalc_fidelity(
         if name not in recalc.ENGINES:
             raise SpreadrlError(f"--engine {name!r}: choose from {', '.join(recalc.ENGINES)}")
     tallies, skipped = run_fidelity(folder, list(engine))
-    console = Console()
+    console = cli_console()
     table = Table(title=f"recalculation fidelity on {folder} ({len(skipped)} files skipped)")
     for column in (
         "engine",

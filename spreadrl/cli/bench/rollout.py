@@ -11,6 +11,7 @@ from rich.console import Console
 from rich.table import Table
 
 from spreadrl.bench.rollout import against_generate, episode_rates
+from spreadrl.cli.console import cli_console
 from spreadrl.errors import ConfigError
 from spreadrl.run_folder import check_output_file
 
@@ -58,7 +59,7 @@ def bench_rollout(
     """
     if out is not None:  # a folder in its place is one line before anything is measured
         check_output_file(out, overwrite=True)
-    console = Console()
+    console = cli_console()
     if against is None:
         rows, rates = episode_rates(
             model, tasks, episodes, max_new_tokens, max_turns, device, preset

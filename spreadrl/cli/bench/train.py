@@ -5,10 +5,10 @@ from __future__ import annotations
 from pathlib import Path
 
 import typer
-from rich.console import Console
 from rich.table import Table
 
 from spreadrl.bench.train import logprobs_line, train_rows
+from spreadrl.cli.console import cli_console
 
 
 def bench_train(
@@ -56,7 +56,7 @@ def bench_train(
     table = Table("measure", "value")
     for row in rows:
         table.add_row(*row)
-    console = Console()
+    console = cli_console()
     console.print(table)
     console.print(footer)
 
@@ -82,7 +82,7 @@ def bench_logprobs(
 
       spreadrl bench logprobs --tokens 4096 --grad --entropy
     """
-    Console().print(
+    cli_console().print(
         logprobs_line(
             tokens,
             grad,

@@ -6,11 +6,10 @@ from dataclasses import replace
 from pathlib import Path
 
 import typer
-from rich.console import Console
 from rich.table import Table
 
 from spreadrl.bench.trl import COLUMNS, SMOKE, Shape, run_trl_bench, shape_line, table_rows
-from spreadrl.cli.console import RichReporter
+from spreadrl.cli.console import RichReporter, cli_console
 from spreadrl.run_folder import check_output_folder
 
 
@@ -62,9 +61,9 @@ def bench_trl(
             overwrite=False,
             remedy="a benchmark runs fresh (an earlier run there would be resumed): choose a new folder",
         )
-    console = Console()
+    console = cli_console()
     if not console.is_terminal:  # piped into a file or docs: room for every column
-        console = Console(width=160)
+        console = cli_console(width=160)
     shape = SMOKE if smoke else Shape(prompts, group, new_tokens, steps)
     shape = replace(shape, micro_batch_tokens=micro_batch_tokens, same_prompt=same_prompt)
     chosen = [s.strip() for s in systems.split(",") if s.strip()]
