@@ -11,6 +11,7 @@ import subprocess
 import sys
 import threading
 import time
+import types
 from pathlib import Path
 
 import openpyxl
@@ -41,7 +42,7 @@ class SlowCopy:
         self.closed = True
 
 
-def _serve_in_thread(path: Path, fake: SlowCopy, **kw) -> threading.Thread:
+def _serve_in_thread(path: Path, fake: SlowCopy | HeldCopy, **kw) -> threading.Thread:
     ready = threading.Event()
     thread = threading.Thread(
         target=lo_service.serve,
@@ -56,26 +57,60 @@ def _serve_in_thread(path: Path, fake: SlowCopy, **kw) -> threading.Thread:
 
 def _ask(path: Path, src: Path, dst: Path) -> dict:
     with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as conn:
+        conn.settimeout(30)  # a service that never answers fails the test, not hangs it
         conn.connect(str(path))
         conn.sendall(json.dumps({"src": str(src), "dst": str(dst)}).encode() + b"\n")
         return json.loads(conn.makefile().readline())
 
 
-def test_requests_beyond_the_queue_are_told_busy_and_the_client_waits(tmp_path: Path) -> None:
+class HeldCopy:
+    """A stand-in LibreOffice that holds each conversion until ``release`` is set: the test,
+    not the machine's speed, decides how long the first request is being served."""
+
+    def __init__(self) -> None:
+        self.serving = threading.Event()  # a conversion has begun
+        self.release = threading.Event()
+        self.closed = False
+
+    def convert(self, src: Path, dst: Path) -> None:
+        self.serving.set()
+        if not self.release.wait(30):
+            raise TimeoutError("never released")
+        shutil.copyfile(src, dst)
+
+    def close(self) -> None:
+        self.closed = True
+
+
+def test_requests_beyond_the_queue_are_told_busy_and_the_client_waits(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     sock = tmp_path / "lo.sock"
-    fake = SlowCopy(delay=0.4)
+    fake = HeldCopy()
     thread = _serve_in_thread(sock, fake, max_pending=1, idle_s=60)
     src = tmp_path / "in.xlsx"
     src.write_bytes(b"workbook")
     replies: list[dict] = []
     first = threading.Thread(target=lambda: replies.append(_ask(sock, src, tmp_path / "a")))
     first.start()
-    time.sleep(0.15)  # the first request is being served
+    assert fake.serving.wait(10)  # the first request is being served, and stays so
     assert _ask(sock, src, tmp_path / "b") == {"busy": True}
-    # the client's answer to "busy" is to wait and retry: it gets its turn
+    # the client's answer to "busy" is to pause and retry: the first pause lets the first
+    # request finish, and the client then gets its turn
+    me, pauses, real_sleep = threading.get_ident(), [], time.sleep
+
+    def pause(seconds: float) -> None:
+        if threading.get_ident() == me:
+            pauses.append(seconds)
+            fake.release.set()
+        real_sleep(seconds)
+
+    clock = types.SimpleNamespace(monotonic=time.monotonic, sleep=pause)
+    monkeypatch.setattr(lo_service, "time", clock)
     client = lo_service.ServiceClient("soffice", "python3", timeout_s=10, path=sock)
     client.convert(src, tmp_path / "c")
-    first.join()
+    first.join(10)
+    assert pauses  # it was told busy and waited
     assert replies == [{"ok": True}]
     assert (tmp_path / "a").read_bytes() == (tmp_path / "c").read_bytes() == b"workbook"
     assert not (tmp_path / "b").exists()

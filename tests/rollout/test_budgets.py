@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import time
 from concurrent.futures import Future
 
 import pytest
@@ -89,45 +88,64 @@ def test_answered_is_terminated_and_the_env_reward_is_kept_apart(tiny_model):
     assert t.env_reward == t.reward == 0.0
 
 
-class SlowFuture(Future):
-    """A reset that is done only when asked for, ``delay_s`` later (a slow workbook load)."""
+class Clock:
+    """The episodes' wall clock (``time.monotonic`` as spreadrl.rollout.episode reads it),
+    moved by the test alone: a turn takes no time on it, whatever the machine's speed."""
 
-    def __init__(self, value, delay_s):
+    def __init__(self) -> None:
+        self.now = 1000.0
+
+    def monotonic(self) -> float:
+        return self.now
+
+
+class SlowFuture(Future):
+    """A reset that is done only when asked for, ``delay_s`` later on ``clock`` (a slow
+    workbook load)."""
+
+    def __init__(self, value, clock, delay_s):
         super().__init__()
-        self.value, self.delay_s = value, delay_s
+        self.value, self.clock, self.delay_s = value, clock, delay_s
 
     def result(self, timeout=None):
         if not self.done():
-            time.sleep(self.delay_s)
+            self.clock.now += self.delay_s
             self.set_result(self.value)
         return super().result(timeout)
 
 
 class SlowResetPool(FakePool):
-    """The last episode's reset takes ``delay_s``; the others are immediate."""
+    """The last episode's reset takes ``delay_s`` on ``clock``; the others are immediate."""
 
-    def __init__(self, slow_id, delay_s):
+    def __init__(self, slow_id, clock, delay_s):
         super().__init__()
-        self.slow_id, self.delay_s = slow_id, delay_s
+        self.slow_id, self.clock, self.delay_s = slow_id, clock, delay_s
 
     def reset(self, episode_id, task, case):
         ready = super().reset(episode_id, task, case)
         if episode_id != self.slow_id:
             return ready
-        return SlowFuture(ready.result(), self.delay_s)
+        return SlowFuture(ready.result(), self.clock, self.delay_s)
 
 
 @pytest.mark.parametrize("scheduler", ["turn", "episode"])
-def test_the_wall_clock_starts_at_the_first_scheduled_turn_not_at_reset(tiny_model, scheduler):
+def test_the_wall_clock_starts_at_the_first_scheduled_turn_not_at_reset(
+    tiny_model, scheduler, monkeypatch
+):
     # episode 0 is reset first, then waits 3 s for episode 1's reset before any turn is
-    # scheduled: timed from its reset it would be out of its 2 s at its first turn
+    # scheduled: timed from its reset it would be out of its 2 s at its first turn. The
+    # clock is the test's own, so the turns take no time on it on any machine.
+    from spreadrl.rollout import episode
     from tests.rollout.test_streaming import ContextPolicy
 
     _, tok = tiny_model
+    clock = Clock()
+    monkeypatch.setattr(episode, "time", clock)
     jobs = [EpisodeJob(make_task(), 1, 0), EpisodeJob(make_task(), 1, 1)]
-    pool = SlowResetPool(jobs[1].episode_id, delay_s=3.0)
+    pool = SlowResetPool(jobs[1].episode_id, clock, delay_s=3.0)
     settings = RolloutConfig(episode_wall_time_s=2.0, max_turns=5, scheduler=scheduler)
     out = run_episodes(ContextPolicy(tok, tool_turns=1), pool, jobs, settings, EpisodeChat.of(tok))
+    assert clock.now == 1003.0  # the slow reset happened, before the episodes' clocks started
     assert [t.stop_reason for t in out.trajectories] == [EndReason.ANSWERED] * 2
     assert all(t.turns == 2 and t.passed for t in out.trajectories)
-    assert all(t.timings["wall_s"] < 2.0 for t in out.trajectories)
+    assert [t.timings["wall_s"] for t in out.trajectories] == [0.0, 0.0]

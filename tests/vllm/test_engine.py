@@ -219,7 +219,7 @@ def test_abort_stops_a_running_request(engine):
     assert not policy.has_unfinished()
 
 
-def test_a_request_past_its_episode_deadline_is_aborted(engine):
+def test_a_request_past_its_episode_deadline_is_aborted(engine, monkeypatch):
     """The episode scheduler against the real engine: a turn that cannot finish
     within the episode's wall time is aborted in the engine (abort_request) and the
     episode ends as wall_time; the engine holds nothing afterwards."""
@@ -237,12 +237,22 @@ def test_a_request_past_its_episode_deadline_is_aborted(engine):
         episode_wall_time_s=2.0,
         max_response_tokens=1600,
     )
-    t0 = time.monotonic()
+    aborted: list[str] = []  # the request ids the scheduler aborted in the engine
+    real_abort = policy.abort
+
+    def abort(request_ids):
+        aborted.extend(request_ids)
+        real_abort(request_ids)
+
+    monkeypatch.setattr(policy, "abort", abort)
     jobs = [EpisodeJob(make_task(), 1, 0)]
     chat, run = EpisodeChat.of(tokenizer), RunValues(seed=0)
     (traj,) = run_episodes(policy, FakePool(), jobs, cfg, chat, run=run).trajectories
     assert traj.stop_reason == "wall_time", (traj.stop_reason, traj.error)
-    assert time.monotonic() - t0 < 60  # ended near its deadline, not after 1,500 tokens
+    # ended by aborting its first turn while it was still generating, not after its 1,500
+    # tokens (a turn that finished late would end as wall_time too, with no abort, no error)
+    assert len(aborted) == 1 and aborted[0].startswith(f"{jobs[0].episode_id}#0@"), aborted
+    assert "had no result within the episode's wall time" in traj.error, traj.error
     assert not policy.has_unfinished()
 
 
