@@ -1,4 +1,4 @@
-"""Request and response shapes of the server, and its settings.
+"""The server's settings; the request and response shapes live in :mod:`spreadrl.rollout.openai_wire`.
 
 The chat shapes follow OpenAI's ``/v1/chat/completions`` closely enough that
 the ``openai`` client and common agent frameworks talk to the server
@@ -10,9 +10,15 @@ that sends them is not turned away.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Literal
 
-from pydantic import AliasChoices, BaseModel, ConfigDict, Field
+from spreadrl.rollout.openai_wire import (  # noqa: F401  (the chat shapes, shared with training)
+    ChatCompletionRequest,
+    ChatMessage,
+    ToolCallFunction,
+    ToolCallItem,
+    ToolSpec,
+    error_body,
+)
 
 
 @dataclass(frozen=True)
@@ -34,72 +40,3 @@ class ServeSettings:
     keep_tasks: int = 32  # finished task folders kept for download; older ones are deleted
     context_tokens: int | None = None  # the model's context; a longer prompt gets 400
     view_url: str | None = None  # where the run viewer is (--view), linked from the page
-
-
-class ToolCallFunction(BaseModel):
-    name: str
-    arguments: str | dict[str, Any] = "{}"
-
-
-class ToolCallItem(BaseModel):
-    model_config = ConfigDict(extra="ignore")
-
-    id: str | None = None
-    type: Literal["function"] = "function"
-    function: ToolCallFunction
-
-
-class ChatMessage(BaseModel):
-    """One message of the conversation; ``content`` may be a string or OpenAI text parts."""
-
-    model_config = ConfigDict(extra="ignore")
-
-    role: Literal["system", "user", "assistant", "tool"]
-    content: str | list[dict[str, Any]] | None = None
-    tool_calls: list[ToolCallItem] | None = None
-    tool_call_id: str | None = None
-    name: str | None = None
-    # an assistant turn's reasoning, echoed back by the client under either name it is
-    # returned under (``reasoning_content``; ``reasoning`` as vLLM's newer servers name it):
-    # the template renders it, so the model sees the turns as it wrote them
-    reasoning_content: str | None = Field(
-        default=None, validation_alias=AliasChoices("reasoning_content", "reasoning")
-    )
-
-    def text(self) -> str:
-        """The message's text: a string as is, text parts joined, None as ''."""
-        if self.content is None:
-            return ""
-        if isinstance(self.content, str):
-            return self.content
-        return "".join(str(part.get("text", "")) for part in self.content if isinstance(part, dict))
-
-
-class ToolSpec(BaseModel):
-    model_config = ConfigDict(extra="allow")
-
-    type: Literal["function"] = "function"
-    function: dict[str, Any]
-
-
-class ChatCompletionRequest(BaseModel):
-    """The body of ``POST /v1/chat/completions``."""
-
-    model_config = ConfigDict(extra="ignore")
-
-    model: str | None = None
-    messages: list[ChatMessage] = Field(min_length=1)
-    tools: list[ToolSpec] | None = None
-    temperature: float = Field(default=1.0, ge=0.0, le=2.0)
-    top_p: float = Field(default=1.0, gt=0.0, le=1.0)
-    top_k: int = Field(default=0, ge=0)
-    max_tokens: int | None = Field(default=None, ge=1)
-    max_completion_tokens: int | None = Field(default=None, ge=1)
-    n: int = Field(default=1, ge=1, le=1)
-    seed: int | None = None
-    stream: bool = False
-
-
-def error_body(message: str, kind: str, code: str | None = None) -> dict[str, Any]:
-    """An OpenAI-style error object: ``{"error": {"message", "type", "code"}}``."""
-    return {"error": {"message": message, "type": kind, "code": code}}
