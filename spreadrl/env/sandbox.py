@@ -36,6 +36,7 @@ import subprocess
 import sys
 import threading
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -94,17 +95,25 @@ class SandboxResult:
 
 
 def run_python(
-    code: str, workdir: Path, limits: SandboxLimits | None = None, *, mode: str = "auto"
+    code: str,
+    workdir: Path,
+    limits: SandboxLimits | None = None,
+    *,
+    mode: str = "auto",
+    read_only: Sequence[str] = (),
+    stop: threading.Event | None = None,
 ) -> SandboxResult:
     """Run ``code`` with this interpreter (``sys.executable``) in ``workdir``.
 
     mode: "auto" (bwrap if it works, else rlimit with a warning), "strict" (bwrap or
-    :class:`SandboxUnavailableError`), "rlimit" (force the fallback).
+    :class:`SandboxUnavailableError`), "rlimit" (force the fallback). ``read_only``:
+    more folders the code may read (bound read-only under bwrap; a harness's own
+    source). ``stop``: set it to kill the process group early (``error`` then says so).
     """
     limits = limits or SandboxLimits()
     workdir = _check_workdir(workdir)
     backend = _choose_backend(mode)
-    return _run(code, workdir, limits, backend)
+    return _run(code, workdir, limits, backend, tuple(read_only), stop)
 
 
 def _check_workdir(workdir: Path) -> Path:
@@ -247,7 +256,7 @@ def _ancestors_dirs(dest: str, made: set[str]) -> list[str]:
     return args
 
 
-def _bwrap_argv(workdir: Path, uid: int | None) -> list[str]:
+def _bwrap_argv(workdir: Path, uid: int | None, read_only: tuple[str, ...] = ()) -> list[str]:
     argv = ["bwrap", "--die-with-parent", "--new-session"]
     if uid is None:  # not root: an unprivileged user namespace does it all
         argv += ["--unshare-all", "--uid", "1000", "--gid", "1000", "--cap-drop", "ALL"]
@@ -271,6 +280,8 @@ def _bwrap_argv(workdir: Path, uid: int | None) -> list[str]:
     argv += ["--proc", "/proc", "--dev", "/dev", "--perms", "1777", "--tmpfs", "/tmp"]
     made = {"/etc", "/tmp"}
     for path in _python_paths():
+        argv += _ancestors_dirs(path, made) + ["--ro-bind", path, path]
+    for path in read_only:
         argv += _ancestors_dirs(path, made) + ["--ro-bind", path, path]
     argv += _ancestors_dirs(str(workdir), made)
     argv += ["--bind", str(workdir), str(workdir), "--chdir", str(workdir)]
@@ -347,7 +358,14 @@ def _kill_group(pgid: int, until_gone: bool) -> None:
         time.sleep(0.01)
 
 
-def _run(code: str, workdir: Path, limits: SandboxLimits, backend: str) -> SandboxResult:
+def _run(
+    code: str,
+    workdir: Path,
+    limits: SandboxLimits,
+    backend: str,
+    read_only: tuple[str, ...] = (),
+    stop: threading.Event | None = None,
+) -> SandboxResult:
     start = time.monotonic()
     is_root = os.geteuid() == 0
     uid = random.randrange(SANDBOX_UID_BASE, SANDBOX_UID_BASE + SANDBOX_UID_SPAN)
@@ -357,7 +375,7 @@ def _run(code: str, workdir: Path, limits: SandboxLimits, backend: str) -> Sandb
         nproc = limits.max_processes
         if not is_root:
             nproc += _count_user_processes(os.getuid())
-        argv = _bwrap_argv(workdir, uid if is_root else None)
+        argv = _bwrap_argv(workdir, uid if is_root else None, read_only)
         owner = uid if is_root else None
     else:
         argv = []
@@ -378,7 +396,9 @@ def _run(code: str, workdir: Path, limits: SandboxLimits, backend: str) -> Sandb
     if owner is not None:
         _chown_tree(workdir, owner, owner)
     try:
-        return _execute(argv, code, workdir, limits, backend, popen_user, preexec, watchdog, start)
+        return _execute(
+            argv, code, workdir, limits, backend, popen_user, preexec, watchdog, start, stop
+        )
     finally:
         if owner is not None:
             _chown_tree(workdir, os.getuid(), os.getgid())
@@ -397,14 +417,17 @@ def _set_rlimits(limits: SandboxLimits, nproc: int | None) -> None:
         resource.setrlimit(resource.RLIMIT_NPROC, (nproc, nproc))
 
 
-def _guard(pgid, deadline, watchdog, limits, done, verdict) -> None:
-    """Kill the group at the wall-clock deadline or, in watchdog mode, when it has
-    more processes than allowed; record why in ``verdict``."""
+def _guard(pgid, deadline, watchdog, limits, done, verdict, stop=None) -> None:
+    """Kill the group at the wall-clock deadline, when ``stop`` is set or, in watchdog
+    mode, when it has more processes than allowed; record why in ``verdict``."""
+    polling = watchdog or stop is not None
     while True:
         left = deadline - time.monotonic()
-        if done.wait(min(left, 0.05) if watchdog else max(left, 0.0)):
+        if done.wait(min(left, 0.05) if polling else max(left, 0.0)):
             return
-        if time.monotonic() >= deadline:
+        if stop is not None and stop.is_set():
+            verdict.append("stopped")
+        elif time.monotonic() >= deadline:
             verdict.append("timeout")
         elif watchdog and _session_process_count(pgid) > limits.max_processes:
             verdict.append("processes")
@@ -414,7 +437,7 @@ def _guard(pgid, deadline, watchdog, limits, done, verdict) -> None:
         return
 
 
-def _execute(argv, code, workdir, limits, backend, popen_user, preexec, watchdog, start):
+def _execute(argv, code, workdir, limits, backend, popen_user, preexec, watchdog, start, stop):
     try:
         proc = subprocess.Popen(
             argv,
@@ -441,21 +464,27 @@ def _execute(argv, code, workdir, limits, backend, popen_user, preexec, watchdog
     verdict: list[str] = []  # "timeout" or "processes", set by the guard thread
     done = threading.Event()
     guard = threading.Thread(
-        target=_guard, args=(proc.pid, start + limits.wall_time_s, watchdog, limits, done, verdict)
+        target=_guard,
+        args=(proc.pid, start + limits.wall_time_s, watchdog, limits, done, verdict, stop),
     )
     guard.start()
     proc.wait()  # a blocking wait: Popen.wait(timeout) polls with up to 50 ms sleeps
     done.set()
     guard.join()
     timed_out, too_many = "timeout" in verdict, "processes" in verdict
+    stopped = "stopped" in verdict
     _kill_group(
         proc.pid, until_gone=True
     )  # leftovers of the fallback; bwrap's pid namespace is gone
     stdout, stderr = out.text(limits.max_output_chars), err.text(limits.max_output_chars)
-    code_ = None if timed_out or too_many else proc.returncode
+    code_ = None if timed_out or too_many or stopped else proc.returncode
     if backend == "bwrap" and code_ is not None and 128 < code_ < 160:
         code_ = -(code_ - 128)  # bwrap reports a signalled child as 128 + signal
-    error = _describe(code_, timed_out, too_many, stderr, limits)
+    error = (
+        "stopped by the caller"
+        if stopped
+        else _describe(code_, timed_out, too_many, stderr, limits)
+    )
     return SandboxResult(stdout, stderr, code_, timed_out, error, time.monotonic() - start, backend)
 
 

@@ -103,6 +103,13 @@ class RolloutConfig(Section):
         "by weights at most this many steps older than the ones trained (0 = synchronous: "
         "generate, update, sync; docs/async.md).",
     )
+    harness: str = option(
+        "",
+        "Train an agent of your own: each episode runs this program (path/agent.py:function, "
+        "module:function or a command line) in the sandbox against a capturing "
+        "OpenAI-compatible endpoint, and the gym scores the workbook it leaves "
+        "(docs/harness.md); empty: the built-in agent loop.",
+    )
 
     def validate(self) -> None:
         # YAML is checked against the Literal types on loading; a section built in code

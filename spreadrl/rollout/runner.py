@@ -16,6 +16,7 @@ import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import Future
 from dataclasses import dataclass, replace
+from typing import Protocol
 
 from spreadrl.env.types import EpisodeResult
 from spreadrl.errors import ConfigError
@@ -60,6 +61,23 @@ class RolloutBatch:
 
     trajectories: list[Trajectory]
     timings: dict[str, float]
+
+
+class EpisodeRunner(Protocol):
+    """What runs a set of episodes: :func:`run_episodes`, or a harness's runner
+    (:class:`spreadrl.rollout.harness.episodes.HarnessEpisodes`)."""
+
+    def __call__(
+        self,
+        policy: Policy,
+        pool: EnvPoolLike,
+        jobs: Sequence[EpisodeJob],
+        cfg: RolloutConfig,
+        chat: EpisodeChat | None = None,
+        *,
+        run: RunValues | None = None,
+        on_episode_done: Callable[[Trajectory], None] | None = None,
+    ) -> RolloutBatch: ...
 
 
 def run_episodes(

@@ -31,8 +31,9 @@ from spreadrl.reporting import LogReporter, Reporter
 from spreadrl.rollout.chat import EpisodeChat
 from spreadrl.rollout.colocate import ColocatedRollouts
 from spreadrl.rollout.config import RolloutConfig
+from spreadrl.rollout.harness.episodes import HarnessEpisodes
 from spreadrl.rollout.policy import Policy
-from spreadrl.rollout.runner import EnvPoolLike
+from spreadrl.rollout.runner import EnvPoolLike, run_episodes
 from spreadrl.train.async_steps import AsyncSteps
 from spreadrl.train.checkpoint import TrainerState, resume_trainer_state
 from spreadrl.train.checks import check_grpo
@@ -197,6 +198,7 @@ def open_rollout_source(
         max_prompt_tokens=cfg.data.max_prompt_tokens,
         seed=cfg.seed,
         info=info,
+        episodes=HarnessEpisodes.of(rollout.harness, cfg.env) if rollout.harness else run_episodes,
     )
     source = start_rollout_source(
         rollout,

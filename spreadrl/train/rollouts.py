@@ -13,7 +13,7 @@ as sampled.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import torch
 
@@ -21,7 +21,13 @@ from spreadrl.data.task import TaskSet
 from spreadrl.rollout.chat import EpisodeChat
 from spreadrl.rollout.config import RolloutConfig
 from spreadrl.rollout.policy import Policy
-from spreadrl.rollout.runner import EnvPoolLike, EpisodeJob, RunValues, run_episodes
+from spreadrl.rollout.runner import (
+    EnvPoolLike,
+    EpisodeJob,
+    EpisodeRunner,
+    RunValues,
+    run_episodes,
+)
 from spreadrl.rollout.types import EndReason, Trajectory
 from spreadrl.train.advantages import group_advantages, nonconstant_groups
 from spreadrl.train.batching import Sample
@@ -60,6 +66,7 @@ def collect_rollouts(
     max_prompt_tokens: int,
     seed: int,
     info: DistInfo | None = None,
+    episodes: EpisodeRunner = run_episodes,
 ) -> StepRollouts:
     """Roll out prompts_per_step groups; with dynamic sampling "refill", keep sampling
     until enough groups carry signal (or the refill rounds run out).
@@ -89,7 +96,7 @@ def collect_rollouts(
             for g in range(G)
         ]
         run = RunValues(seed=seed * 1000 + rounds, max_prompt_tokens=max_prompt_tokens)
-        batch = run_episodes(policy, pool, jobs, rollout, chat, run=run)
+        batch = episodes(policy, pool, jobs, rollout, chat, run=run)
         for k, v in batch.timings.items():
             metrics[k] = metrics.get(k, 0.0) + v
         rewards, batch_terms = score_groups(
@@ -132,6 +139,8 @@ class Collector:
     max_prompt_tokens: int
     seed: int
     info: DistInfo
+    # the episode runner: the built-in loop, or a harness's (spreadrl.rollout.harness)
+    episodes: EpisodeRunner = field(default=run_episodes)
 
     def __call__(self, policy: Policy, step: int) -> StepRollouts:
         """Step ``step``'s rollouts by ``policy`` (its episodes seeded from ``seed + step``)."""
@@ -147,6 +156,7 @@ class Collector:
             max_prompt_tokens=self.max_prompt_tokens,
             seed=self.seed + step,
             info=self.info,
+            episodes=self.episodes,
         )
 
 
@@ -192,4 +202,16 @@ def to_samples(
                 group=i // group_size,
             )
         )
+        # a harness episode whose prompts broke the prefix: its other samples, same advantage
+        for extra in t.metadata.get("harness_samples", ()):
+            prompt = extra["prompt_ids"]
+            samples.append(
+                Sample(
+                    ids=prompt + extra["response_ids"],
+                    mask=[0] * len(prompt) + extra["response_mask"],
+                    advantage=flat[i],
+                    rollout_logprobs=[0.0] * (len(prompt) - 1) + extra["rollout_logprobs"],
+                    group=i // group_size,
+                )
+            )
     return samples

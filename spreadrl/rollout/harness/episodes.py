@@ -1,0 +1,231 @@
+"""Harness episodes: a program spreadrl did not write plays each episode against the endpoint.
+
+:class:`HarnessEpisodes` has :func:`~spreadrl.rollout.runner.run_episodes`'s
+signature, so GRPO's collector runs it in its place (``rollout.harness``). For each
+episode it copies the task's workbook into a private folder, opens a session on the
+capturing endpoint (:mod:`spreadrl.rollout.harness.endpoint`), runs the harness in
+the code interpreter's sandbox (its own process; ``env.code_memory_mb``, the process
+and file-size limits, ``env.sandbox_mode``; files confined to the folder, no network
+but the endpoint; wall and CPU time: ``rollout.episode_wall_time_s``, since it plays
+a whole episode), and scores the workbook it left with the gym's checker.
+
+A harness that crashes (non-zero exit), hangs (past its time), floods the endpoint,
+writes outside its folder or never calls the model ends its episode with
+``stop_reason`` error: a crash, dropped with its group and counted against
+``sampling.max_crashed_fraction``, never a zero-reward sample.
+
+The trajectory holds the episode's first sample in its token fields; samples after
+a prefix break (:mod:`~spreadrl.rollout.harness.capture`) are kept in
+``metadata["harness_samples"]`` and train with the same advantage. The reward
+shaping that reads a trajectory reads the calls: ``tool_calls`` counts the tool
+calls the model wrote (as the endpoint parsed them), so the tool-call reward
+applies; the overlong shaping reads the first sample's response length.
+"""
+
+from __future__ import annotations
+
+import logging
+import shutil
+import tempfile
+import time
+from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from pathlib import Path
+
+from spreadrl.env import checker
+from spreadrl.env.config import EnvConfig
+from spreadrl.env.sandbox import SandboxLimits, SandboxResult, run_python
+from spreadrl.rollout.chat import EpisodeChat
+from spreadrl.rollout.config import RolloutConfig
+from spreadrl.rollout.episode import EnvPoolLike, EpisodeJob
+from spreadrl.rollout.harness.endpoint import CaptureEndpoint, Session, UnixRelay
+from spreadrl.rollout.harness.program import (
+    OUTSIDE_EXIT,
+    OUTSIDE_MARK,
+    HarnessProgram,
+    launcher_code,
+)
+from spreadrl.rollout.policy import Policy, is_token_level
+from spreadrl.rollout.runner import RolloutBatch
+from spreadrl.rollout.types import EndReason, RunValues, Trajectory
+
+log = logging.getLogger(__name__)
+
+MAX_PARALLEL = 64
+"""Harness processes running at once (each waits on the endpoint most of its time)."""
+
+
+@dataclass(frozen=True)
+class HarnessEpisodes:
+    """Run episodes through ``program`` (an episode runner in place of ``run_episodes``)."""
+
+    program: HarnessProgram
+    env: EnvConfig
+    workdir_root: str | None = None
+    model_name: str = "spreadrl-policy"
+
+    @classmethod
+    def of(cls, spec: str, env: EnvConfig) -> HarnessEpisodes:
+        return cls(HarnessProgram.parse(spec), env)
+
+    def __call__(
+        self,
+        policy: Policy,
+        pool: EnvPoolLike,
+        jobs: Sequence[EpisodeJob],
+        cfg: RolloutConfig,
+        chat: EpisodeChat | None = None,
+        *,
+        run: RunValues | None = None,
+        on_episode_done: Callable[[Trajectory], None] | None = None,
+    ) -> RolloutBatch:
+        """Run ``jobs`` (``pool`` is unused: the harness brings its own tools)."""
+        run = run or RunValues()
+        if not is_token_level(policy) or chat is None:
+            raise ValueError("harness episodes need a token-level policy and its EpisodeChat")
+        t0 = time.perf_counter()
+        with CaptureEndpoint(policy, chat, cfg, run, model_name=self.model_name) as endpoint:
+            workers = max(1, min(MAX_PARALLEL, len(jobs)))
+            with ThreadPoolExecutor(workers, thread_name_prefix="harness") as ex:
+                trajs = list(ex.map(lambda job: self._episode(endpoint, job, cfg), jobs))
+            generate_s = endpoint.generate_s
+        for traj in trajs:
+            if on_episode_done is not None:
+                on_episode_done(traj)
+        timings = {
+            "generate_s": generate_s,
+            "harness_s": time.perf_counter() - t0,
+            "harness_prefix_breaks": float(
+                sum(t.metadata.get("harness_prefix_breaks", 0) for t in trajs)
+            ),
+            "harness_errors": float(sum(t.crashed for t in trajs)),
+        }
+        return RolloutBatch(trajs, timings)
+
+    def _episode(
+        self, endpoint: CaptureEndpoint, job: EpisodeJob, cfg: RolloutConfig
+    ) -> Trajectory:
+        """One episode: a private copy, the harness in the sandbox, the checker's verdict."""
+        traj = Trajectory(
+            task_id=job.task.id,
+            case=job.case,
+            sample=job.sample,
+            messages=[],
+            metadata={"family": job.task.family, "harness": self.program.spec},
+        )
+        root = Path(self.workdir_root) if self.workdir_root else None
+        if root is not None:
+            root.mkdir(parents=True, exist_ok=True)
+        folder = Path(tempfile.mkdtemp(prefix="spreadrl-harness-", dir=root))
+        session = endpoint.open_session(job.episode_id)
+        relay = None
+        try:
+            case = job.task.case(job.case)
+            workbook = folder / Path(case.input_path).name
+            shutil.copyfile(case.input_path, workbook)
+            relay = UnixRelay(folder / ".endpoint.sock", endpoint.port)
+            code = launcher_code(
+                self.program,
+                instruction=job.task.instruction,
+                workbook=workbook,
+                socket_path=relay.path,
+                url_path=endpoint.base_path(session),
+                model=endpoint.model_name,
+            )
+            started = time.monotonic()
+            result = run_python(
+                code,
+                folder,
+                self._limits(cfg),
+                mode=self.env.sandbox_mode,
+                read_only=self.program.read_only,
+                stop=session.stop,
+            )
+            traj.timings["wall_s"] = time.monotonic() - started
+            session.stop.set()
+            relay.close()
+            relay = None
+            endpoint.close_session(session.key)
+            _fill_tokens(traj, session)
+            failure = _failure(result, session, cfg)
+            if failure is not None:
+                _crashed(traj, failure, result.stderr)
+                return traj
+            check = checker.check_workbook(
+                workbook,
+                case.answer_path,
+                job.task.answer_position,
+                engine=self.env.engine,
+                scoring=self.env.scoring,
+                locale=self.env.locale,
+            )
+            traj.passed = check.passed
+            traj.env_reward = traj.reward = 1.0 if check.passed else 0.0
+            traj.stop_reason = EndReason.ANSWERED
+            traj.mismatches = [
+                {"sheet": m.sheet, "cell": m.cell, "reason": m.reason}
+                for m in check.mismatches[:50]
+            ]
+        except Exception as exc:  # the episode's own failure, not the run's
+            log.warning("harness episode %s failed: %s", job.episode_id, exc)
+            _crashed(traj, f"{type(exc).__name__}: {exc}", "")
+        finally:
+            session.stop.set()
+            if relay is not None:
+                relay.close()
+            endpoint.sessions.pop(session.key, None)
+            shutil.rmtree(folder, ignore_errors=True)
+        return traj
+
+    def _limits(self, cfg: RolloutConfig) -> SandboxLimits:
+        """The code interpreter's limits, with the episode's time (a whole episode runs)."""
+        wall = cfg.episode_wall_time_s
+        return SandboxLimits(
+            wall_time_s=wall, cpu_time_s=max(1, int(wall)), memory_mb=self.env.code_memory_mb
+        )
+
+
+def _failure(result: SandboxResult, session: Session, cfg: RolloutConfig) -> str | None:
+    """Why the episode is an error, or None when the harness finished cleanly."""
+    if session.flooded:
+        return session.flooded
+    if result.timed_out:
+        return f"the harness ran past rollout.episode_wall_time_s={cfg.episode_wall_time_s:g} s"
+    if result.exit_code == OUTSIDE_EXIT and OUTSIDE_MARK in result.stderr:
+        line = next(ln for ln in result.stderr.splitlines() if OUTSIDE_MARK in ln)
+        return f"the harness wrote outside its episode folder ({line.split(':', 1)[1].strip()})"
+    if result.error or result.exit_code != 0:
+        last = (result.stderr.strip().splitlines() or ["no output"])[-1]
+        return f"the harness failed (exit {result.exit_code}, {result.error or last})"
+    if not session.capture.calls:
+        return "the harness never called the model"
+    return None
+
+
+def _crashed(traj: Trajectory, why: str, stderr: str) -> None:
+    traj.stop_reason = EndReason.ERROR
+    traj.error = why
+    traj.traceback = stderr[-8000:] or None
+    traj.env_reward = traj.reward = 0.0
+    traj.passed = False
+
+
+def _fill_tokens(traj: Trajectory, session: Session) -> None:
+    """The captured calls as the trajectory's tokens and conversation."""
+    capture = session.capture
+    traj.turns = len(capture.calls)
+    traj.tool_calls = sum(c.tool_calls for c in capture.calls)
+    traj.generated_tokens = sum(len(c.completion_ids) for c in capture.calls)
+    traj.metadata["harness_prefix_breaks"] = capture.prefix_breaks
+    if capture.calls:
+        last = capture.calls[-1]
+        traj.messages = [*last.messages, last.reply]
+        traj.tools = list(last.tools or [])
+    if capture.samples:
+        first = capture.samples[0]
+        traj.prompt_ids = first.prompt_ids
+        traj.response_ids = first.response_ids
+        traj.response_mask = first.response_mask
+        traj.rollout_logprobs = first.logprobs
+        traj.metadata["harness_samples"] = [s.to_json() for s in capture.samples[1:]]

@@ -1,0 +1,201 @@
+"""Which harness to run (``rollout.harness``) and the launcher that starts it in the sandbox.
+
+``rollout.harness`` names a program in one of three ways:
+
+- ``path/to/agent.py:run``: a function in a Python file;
+- ``package.module:run``: a function in an importable module;
+- a command line (anything with a space, e.g. ``python agent.py``): run as a process.
+
+A function is called with keyword arguments ``instruction`` (the task), ``workbook``
+(the path of the episode's private copy, to edit in place), ``base_url`` (the
+OpenAI-compatible endpoint, ``.../v1``) and ``model`` (the model name to send). A
+command gets the same as environment variables: ``SPREADRL_INSTRUCTION``,
+``SPREADRL_WORKBOOK``, ``OPENAI_BASE_URL`` and ``SPREADRL_MODEL`` (and an
+``OPENAI_API_KEY`` the endpoint does not check). Either returns when it is done.
+
+The launcher (:func:`launcher_code`) runs inside the code interpreter's sandbox
+(:mod:`spreadrl.env.sandbox`): it relays a loopback port of its own to the
+endpoint's socket in the episode folder, refuses any file write outside that
+folder from Python (an audit hook; under bubblewrap the rest of the filesystem is
+read-only anyway), then calls the harness.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import shlex
+from dataclasses import dataclass
+from pathlib import Path
+
+from spreadrl.errors import ConfigError
+
+OUTSIDE_EXIT = 97
+"""The launcher's exit status when the harness wrote outside its folder."""
+OUTSIDE_MARK = "spreadrl-harness: write outside the episode folder:"
+
+
+@dataclass(frozen=True)
+class HarnessProgram:
+    """A parsed ``rollout.harness``: a function (in a file or a module) or a command line."""
+
+    spec: str
+    kind: str  # "file", "module" or "command"
+    target: str  # the file's path, the module's name, or the command line
+    function: str = ""
+    read_only: tuple[str, ...] = ()  # folders the sandbox must let it read
+
+    @classmethod
+    def parse(cls, spec: str) -> HarnessProgram:
+        """Read ``spec``; a file or module that cannot be found is a :class:`ConfigError`."""
+        spec = spec.strip()
+        if not spec:
+            raise ConfigError(
+                "rollout.harness is empty; name a file.py:function, a module:function or a command"
+            )
+        if " " in spec or ":" not in spec:
+            argv = shlex.split(spec)
+            files = [Path(a).resolve() for a in argv if Path(a).is_file()]
+            return cls(
+                spec, "command", spec, read_only=tuple(sorted({str(f.parent) for f in files}))
+            )
+        target, _, function = spec.rpartition(":")
+        if not function.isidentifier():
+            raise ConfigError(f"rollout.harness {spec!r}: {function!r} is not a function name")
+        if target.endswith(".py"):
+            path = Path(target).resolve()
+            if not path.is_file():
+                raise ConfigError(f"rollout.harness {spec!r}: no file {path}")
+            return cls(spec, "file", str(path), function, (str(path.parent),))
+        try:
+            found = importlib.util.find_spec(target)
+        except (ImportError, ValueError) as exc:
+            raise ConfigError(
+                f"rollout.harness {spec!r}: cannot find module {target!r} ({exc})"
+            ) from exc
+        if found is None or not found.origin:
+            raise ConfigError(f"rollout.harness {spec!r}: no module {target!r} is importable")
+        origin = Path(found.origin).resolve()
+        root = origin.parent
+        for _ in range(target.count(".") + (origin.name == "__init__.py")):
+            root = root.parent
+        return cls(spec, "module", target, function, (str(root),))
+
+
+def launcher_code(
+    program: HarnessProgram,
+    *,
+    instruction: str,
+    workbook: Path,
+    socket_path: Path,
+    url_path: str,
+    model: str,
+) -> str:
+    """The Python source the sandbox runs for one episode (given on stdin)."""
+    args = {
+        "kind": program.kind,
+        "target": program.target,
+        "function": program.function,
+        "roots": list(program.read_only),
+        "instruction": instruction,
+        "workbook": str(workbook),
+        "folder": str(workbook.parent),
+        "socket": str(socket_path),
+        "path": url_path,
+        "model": model,
+        "outside_exit": OUTSIDE_EXIT,
+        "outside_mark": OUTSIDE_MARK,
+    }
+    return f"import json\nARGS = json.loads({json.dumps(json.dumps(args))})\n" + _LAUNCHER
+
+
+_LAUNCHER = r"""
+import importlib, importlib.util, os, shlex, socket, subprocess, sys, tempfile, threading
+
+FOLDER = os.path.realpath(ARGS["folder"])
+WRITE_FLAGS = os.O_WRONLY | os.O_RDWR | os.O_CREAT | os.O_APPEND | os.O_TRUNC
+
+
+def _outside(path):
+    if isinstance(path, int):
+        return None
+    if isinstance(path, bytes):
+        path = os.fsdecode(path)
+    real = os.path.realpath(os.path.join(FOLDER, path))
+    if real == FOLDER or real.startswith(FOLDER + os.sep) or real.startswith("/dev/"):
+        return None
+    return real
+
+
+def _audit(event, args):
+    if event != "open" or len(args) < 3:
+        return
+    path, mode, flags = args[0], args[1], args[2]
+    writes = (mode and any(c in mode for c in "wax+")) or (flags or 0) & WRITE_FLAGS
+    where = _outside(path) if writes else None
+    if where is not None:
+        sys.stderr.write(f"{ARGS['outside_mark']} {where}\n")
+        sys.stderr.flush()
+        os._exit(ARGS["outside_exit"])
+
+
+def _pump(src, dst):
+    try:
+        while True:
+            data = src.recv(65536)
+            if not data:
+                break
+            dst.sendall(data)
+    except OSError:
+        pass
+    finally:
+        try:
+            dst.shutdown(socket.SHUT_WR)
+        except OSError:
+            pass
+
+
+def _relay(server):
+    while True:
+        client, _ = server.accept()
+        upstream = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        upstream.connect(os.path.basename(ARGS["socket"]))  # relative: the cwd is FOLDER
+        for a, b in ((client, upstream), (upstream, client)):
+            threading.Thread(target=_pump, args=(a, b), daemon=True).start()
+
+
+server = socket.socket()
+server.bind(("127.0.0.1", 0))
+server.listen(64)
+threading.Thread(target=_relay, args=(server,), daemon=True).start()
+base_url = f"http://127.0.0.1:{server.getsockname()[1]}{ARGS['path']}"
+scratch = os.path.join(FOLDER, ".tmp")
+os.makedirs(scratch, exist_ok=True)
+os.environ.update(
+    TMPDIR=scratch,
+    OPENAI_BASE_URL=base_url,
+    OPENAI_API_KEY="spreadrl",
+    SPREADRL_MODEL=ARGS["model"],
+    SPREADRL_INSTRUCTION=ARGS["instruction"],
+    SPREADRL_WORKBOOK=ARGS["workbook"],
+)
+tempfile.tempdir = scratch
+os.chdir(FOLDER)
+if ARGS["kind"] == "command":
+    sys.exit(subprocess.call(shlex.split(ARGS["target"])))
+sys.addaudithook(_audit)
+if ARGS["kind"] == "file":
+    spec = importlib.util.spec_from_file_location("spreadrl_harness", ARGS["target"])
+    module = importlib.util.module_from_spec(spec)
+    sys.modules["spreadrl_harness"] = module
+    spec.loader.exec_module(module)
+else:
+    sys.path[:0] = ARGS["roots"]
+    module = importlib.import_module(ARGS["target"])
+getattr(module, ARGS["function"])(
+    instruction=ARGS["instruction"],
+    workbook=ARGS["workbook"],
+    base_url=base_url,
+    model=ARGS["model"],
+)
+"""

@@ -1,0 +1,114 @@
+"""Harness episodes against the capturing endpoint: equivalence with the built-in loop, faults."""
+
+from pathlib import Path
+
+import openpyxl
+import pytest
+
+from spreadrl.data.task import CELL_LEVEL, Task, TaskCase
+from spreadrl.env.config import EnvConfig
+from spreadrl.rollout.chat import EpisodeChat
+from spreadrl.rollout.config import RolloutConfig
+from spreadrl.rollout.harness.episodes import HarnessEpisodes
+from spreadrl.rollout.harness.program import HarnessProgram
+from spreadrl.rollout.runner import EpisodeJob, RunValues, run_episodes
+from spreadrl.rollout.types import EndReason
+from tests.rollout.fakes import FakePool
+from tests.rollout.harness.scripted import ScriptedTokenPolicy
+
+AGENT = Path(__file__).with_name("mirror_agent.py")
+
+
+def workbook_task(tmp_path: Path) -> Task:
+    """FakePool's task ("Put 42 in A1.") with real workbooks: an empty input, 42 as the answer."""
+    book = openpyxl.Workbook()
+    book.active.title = "Sheet1"
+    book.save(tmp_path / "in.xlsx")
+    book.active["A1"] = 42
+    book.save(tmp_path / "ans.xlsx")
+    case = TaskCase(1, tmp_path / "in.xlsx", tmp_path / "ans.xlsx")
+    return Task("t1", "Put 42 in A1.", CELL_LEVEL, "A1", (case,), tmp_path, family="demo")
+
+
+def harness(function: str, tmp_path: Path) -> HarnessEpisodes:
+    return HarnessEpisodes(
+        HarnessProgram.parse(f"{AGENT}:{function}"),
+        EnvConfig(),
+        workdir_root=str(tmp_path / "episodes"),
+    )
+
+
+@pytest.fixture()
+def chat(tiny_model):
+    return EpisodeChat.of(tiny_model[1])
+
+
+def test_harness_reproducing_the_loops_prompts_gives_its_tokens(tmp_path, chat):
+    """Same policy, seeds and tasks: ids, masks and log-probs equal token for token."""
+    task = workbook_task(tmp_path)
+    jobs = [EpisodeJob(task, 1, s) for s in range(3)]
+    cfg, run = RolloutConfig(max_turns=4), RunValues(seed=7)
+    stop = chat.fmt.stop_ids[0]
+    built_in = run_episodes(
+        ScriptedTokenPolicy(chat.tokenizer, stop), FakePool(), jobs, cfg, chat, run=run
+    ).trajectories
+    through = harness("run", tmp_path)(
+        ScriptedTokenPolicy(chat.tokenizer, stop), None, jobs, cfg, chat, run=run
+    )
+    assert through.timings["harness_prefix_breaks"] == 0
+    for a, b in zip(built_in, through.trajectories, strict=True):
+        assert b.error is None, b.traceback
+        assert a.turns == b.turns == 2  # a tool call, then the answer
+        assert b.prompt_ids == a.prompt_ids
+        assert b.response_ids == a.response_ids
+        assert b.response_mask == a.response_mask
+        assert b.rollout_logprobs == a.rollout_logprobs
+        assert b.metadata["harness_samples"] == []
+        assert b.tool_calls == 1 and b.passed is False  # the policy never wrote the workbook
+    # the seed reaches the log-probs: episodes differ from each other
+    assert through.trajectories[0].rollout_logprobs != through.trajectories[1].rollout_logprobs
+
+
+def test_hf_policy_through_the_endpoint_samples_what_the_loop_samples(tmp_path, tiny_model):
+    from spreadrl.rollout.hf_policy import HFPolicy
+
+    model, tokenizer = tiny_model
+    chat = EpisodeChat.of(tokenizer)
+    task = workbook_task(tmp_path)
+    cfg = RolloutConfig(max_turns=2, max_new_tokens_per_turn=12, max_response_tokens=40)
+    run = RunValues(seed=3)
+    for sample in range(2):  # one episode per call: no batch padding between the paths
+        job = [EpisodeJob(task, 1, sample)]
+        a = run_episodes(HFPolicy(model, tokenizer), FakePool(), job, cfg, chat, run=run)
+        b = harness("run", tmp_path)(HFPolicy(model, tokenizer), None, job, cfg, chat, run=run)
+        (ta,), (tb,) = a.trajectories, b.trajectories
+        assert tb.error is None, tb.traceback
+        assert (tb.prompt_ids, tb.response_ids, tb.response_mask) == (
+            ta.prompt_ids,
+            ta.response_ids,
+            ta.response_mask,
+        )
+        assert tb.rollout_logprobs == ta.rollout_logprobs
+
+
+@pytest.mark.parametrize(
+    ("function", "why"),
+    [
+        ("crash", "the harness failed"),
+        ("hang", "ran past rollout.episode_wall_time_s"),
+        ("flood", "flooded the endpoint"),
+        ("write_outside", "wrote outside its episode folder"),
+        ("silent", "never called the model"),
+    ],
+)
+def test_a_misbehaving_harness_is_an_episode_error(tmp_path, chat, function, why):
+    task = workbook_task(tmp_path)
+    jobs = [EpisodeJob(task, 1, 0), EpisodeJob(task, 1, 1)]
+    cfg = RolloutConfig(max_turns=4, episode_wall_time_s=5.0)
+    policy = ScriptedTokenPolicy(chat.tokenizer, chat.fmt.stop_ids[0])
+    out = harness(function, tmp_path)(policy, None, jobs, cfg, chat, run=RunValues(seed=1))
+    assert out.timings["harness_errors"] == 2
+    for traj in out.trajectories:
+        assert traj.stop_reason == EndReason.ERROR and traj.crashed
+        assert why in traj.error
+    assert not (tmp_path / "episodes" / "escaped.txt").exists()
