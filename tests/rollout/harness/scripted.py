@@ -4,7 +4,9 @@ import random
 
 from spreadrl.rollout.types import PolicyTurn
 
-CALL = '<tool_call>\n{"name": "write_range", "arguments": {"range": "A1", "values": 42}}\n</tool_call>'
+CALL = (
+    '<tool_call>\n{"name": "write_range", "arguments": {"range": "A1", "values": 42}}\n</tool_call>'
+)
 
 
 class ScriptedTokenPolicy:
