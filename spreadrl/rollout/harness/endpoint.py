@@ -117,19 +117,17 @@ class CaptureEndpoint:
         self.generate_s = 0.0
 
     # ---- lifecycle ----------------------------------------------------------------
-    def start(self) -> CaptureEndpoint:
-        """Start the generation thread and the HTTP server on a free loopback port."""
+    def start(self, app: Any) -> CaptureEndpoint:
+        """Start the generation thread and serve ``app`` (the ASGI app of
+        :func:`spreadrl.rollout.harness.app.build_app` over this endpoint) on a free
+        loopback port."""
         import uvicorn
-
-        from spreadrl.rollout.harness.app import build_app
 
         sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         sock.bind(("127.0.0.1", 0))
         self.port = sock.getsockname()[1]
-        config = uvicorn.Config(
-            build_app(self), log_level="warning", lifespan="off", timeout_keep_alive=30
-        )
+        config = uvicorn.Config(app, log_level="warning", lifespan="off", timeout_keep_alive=30)
         self._server = uvicorn.Server(config)
         serve = threading.Thread(
             target=lambda: asyncio.run(self._server.serve(sockets=[sock])),
@@ -153,12 +151,6 @@ class CaptureEndpoint:
         for thread in self._threads:
             thread.join(timeout=30)
         self._threads = []
-
-    def __enter__(self) -> CaptureEndpoint:
-        return self.start()
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
 
     # ---- sessions -------------------------------------------------------------------
     def open_session(self, episode_id: str) -> Session:

@@ -85,11 +85,17 @@ class HarnessEpisodes:
         if not is_token_level(policy) or chat is None:
             raise ValueError("harness episodes need a token-level policy and its EpisodeChat")
         t0 = time.perf_counter()
-        with CaptureEndpoint(policy, chat, cfg, run, model_name=self.model_name) as endpoint:
+        from spreadrl.rollout.harness.app import build_app  # FastAPI: the serve extra
+
+        endpoint = CaptureEndpoint(policy, chat, cfg, run, model_name=self.model_name)
+        endpoint.start(build_app(endpoint))
+        try:
             workers = max(1, min(MAX_PARALLEL, len(jobs)))
             with ThreadPoolExecutor(workers, thread_name_prefix="harness") as ex:
                 trajs = list(ex.map(lambda job: self._episode(endpoint, job, cfg), jobs))
-            generate_s = endpoint.generate_s
+        finally:
+            endpoint.close()
+        generate_s = endpoint.generate_s
         for traj in trajs:
             if on_episode_done is not None:
                 on_episode_done(traj)
