@@ -23,7 +23,8 @@ STAGES = ("tasks", "sft_data", "model_init", "sft", "eval_sft", "grpo", "eval_gr
 
 @pytest.mark.slow
 def test_demo_smoke_runs_every_stage_and_prints_the_result(tmp_path, monkeypatch, capsys):
-    out = tmp_path / "a-folder-name-long-enough-that-an-eighty-column-wrap-would-cut-it" / "demo"
+    long = "a-folder-name-long-enough-that-an-eighty-column-wrap-would-cut-it"
+    out = tmp_path / long / long / "demo"  # over 120 characters for any basetemp
     argv = ["spreadrl", "--verbose", "demo", "--smoke", "--out", str(out), "--config", str(RECIPE)]
     monkeypatch.setattr(sys, "argv", argv)
     with pytest.raises(SystemExit) as exit_info:

@@ -42,8 +42,8 @@ def assert_whole(output: str, path: Path) -> None:
 
 @pytest.fixture(scope="module")
 def root(tmp_path_factory) -> Path:
-    folder = tmp_path_factory.mktemp("paths") / FOLDER
-    folder.mkdir()
+    folder = tmp_path_factory.mktemp("paths") / FOLDER / FOLDER  # over 120 for any basetemp
+    folder.mkdir(parents=True)
     return folder
 
 
