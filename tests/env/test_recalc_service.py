@@ -9,9 +9,11 @@ import signal
 import socket
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 import types
+from collections.abc import Iterator
 from pathlib import Path
 
 import openpyxl
@@ -55,6 +57,15 @@ def _serve_in_thread(path: Path, fake: SlowCopy | HeldCopy, **kw) -> threading.T
     return thread
 
 
+@pytest.fixture
+def sock() -> Iterator[Path]:
+    """A socket path under the system's temporary folder: AF_UNIX takes at most 107 bytes,
+    and a long --basetemp would make ``tmp_path / "lo.sock"`` longer."""
+    folder = Path(tempfile.mkdtemp(prefix="spreadrl-lo-test-"))
+    yield folder / "lo.sock"
+    shutil.rmtree(folder, ignore_errors=True)
+
+
 def _ask(path: Path, src: Path, dst: Path) -> dict:
     with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as conn:
         conn.settimeout(30)  # a service that never answers fails the test, not hangs it
@@ -83,9 +94,8 @@ class HeldCopy:
 
 
 def test_requests_beyond_the_queue_are_told_busy_and_the_client_waits(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    tmp_path: Path, sock: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    sock = tmp_path / "lo.sock"
     fake = HeldCopy()
     thread = _serve_in_thread(sock, fake, max_pending=1, idle_s=60)
     src = tmp_path / "in.xlsx"
@@ -118,8 +128,7 @@ def test_requests_beyond_the_queue_are_told_busy_and_the_client_waits(
     assert thread.is_alive()  # a daemon thread: it ends with the test process
 
 
-def test_the_service_exits_when_idle_and_removes_its_socket(tmp_path: Path) -> None:
-    sock = tmp_path / "lo.sock"
+def test_the_service_exits_when_idle_and_removes_its_socket(sock: Path) -> None:
     fake = SlowCopy(delay=0)
     thread = _serve_in_thread(sock, fake, idle_s=0.3)
     thread.join(10)
@@ -129,9 +138,8 @@ def test_the_service_exits_when_idle_and_removes_its_socket(tmp_path: Path) -> N
 
 @needs_lo
 def test_processes_share_one_service_which_restarts_after_a_crash(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    tmp_path: Path, sock: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    sock = tmp_path / "lo.sock"
     monkeypatch.setenv("SPREADRL_LO_SOCKET", str(sock))
     monkeypatch.setenv("SPREADRL_LIBREOFFICE", "machine")
     wb = openpyxl.Workbook()
