@@ -81,26 +81,44 @@ $(VLLM_STAMP): pyproject.toml
 test-vllm: $(VLLM_STAMP)
 	$(VLLM_PY) -m pytest -q -m vllm tests/vllm
 
-# The standard-environment leg (tests marked envs; docs/environments.md): openenv-core,
-# verifiers and TRL beside spreadrl, in a venv of their own (gradio, fastmcp, mcp and
-# prime-* come with them, so not in .venv), and the verifiers Hub module
-# (integrations/verifiers). Resolved together here: openenv-core 0.3.0, verifiers 0.4.0,
-# trl 1.16.0, transformers 5.24.0, torch 2.13.0+cpu, uv 0.13.9. vf-eval prepares its chat
-# harness with uv, which fetches the harness's own dependencies from the package index.
+# The standard-environment leg (tests marked envs; docs/environments.md), in two venvs of
+# its own (gradio, fastmcp, mcp and prime-* come with them, so not in .venv), one per end
+# of the openenv range spreadrl claims (pyproject.toml's openenv extra):
+# - .venv-envs: openenv 0.10.0 (the newest), TRL and the mcp package beside spreadrl:
+#   the server, its MCP clients, env.kind openenv and TRL's GRPOTrainer. Resolved here:
+#   openenv 0.10.0, fastmcp 3.4.11, mcp 1.30.0, trl 1.16.0, transformers 5.24.0.
+# - .venv-envs-vf: verifiers[openenv] beside spreadrl[openenv] and the Hub module
+#   (integrations/verifiers). verifiers 0.4.0 pins mcp==2.0.0 and openenv 0.4.2-0.10.0 cap
+#   fastmcp<4 (whose 3.x needs mcp<2), so this venv resolves openenv 0.4.1 (fastmcp 4.1.1,
+#   mcp 2.0.0): the range's low end, where the server tests run again. vf-eval prepares
+#   its chat harness with uv, which fetches the harness's own dependencies.
 # A missing package fails these tests: they never skip.
 ENVS_VENV ?= .venv-envs
 ENVS_PY := $(ENVS_VENV)/bin/python
 ENVS_STAMP := $(ENVS_VENV)/.installed-stamp
+ENVS_VF_VENV ?= .venv-envs-vf
+ENVS_VF_PY := $(ENVS_VF_VENV)/bin/python
+ENVS_VF_STAMP := $(ENVS_VF_VENV)/.installed-stamp
 
 $(ENVS_STAMP): pyproject.toml
 	python3 -m venv $(ENVS_VENV)
 	$(ENVS_PY) -m pip install -q --upgrade pip
 	$(ENVS_PY) -m pip install -q torch==2.13.0 || $(ENVS_PY) -m pip install -q "torch>=2.5"
-	$(ENVS_PY) -m pip install -q -e ".[dev,serve,openenv,verifiers,bench]" -e integrations/verifiers
+	$(ENVS_PY) -m pip install -q -e ".[dev,serve,openenv,bench]" "openenv==0.10.0" "mcp>=1.24"
 	touch $(ENVS_STAMP)
 
-test-envs: $(ENVS_STAMP)
-	$(ENVS_PY) -m pytest -q -m envs tests/envs
+$(ENVS_VF_STAMP): pyproject.toml integrations/verifiers/pyproject.toml
+	python3 -m venv $(ENVS_VF_VENV)
+	$(ENVS_VF_PY) -m pip install -q --upgrade pip
+	$(ENVS_VF_PY) -m pip install -q torch==2.13.0 || $(ENVS_VF_PY) -m pip install -q "torch>=2.5"
+	$(ENVS_VF_PY) -m pip install -q -e ".[serve,openenv,verifiers]" -e integrations/verifiers \
+		"pytest>=8.0" "pytest-timeout>=2.3"
+	touch $(ENVS_VF_STAMP)
+
+test-envs: $(ENVS_STAMP) $(ENVS_VF_STAMP)
+	$(ENVS_PY) -m pytest -q -m envs tests/envs --ignore=tests/envs/test_verifiers.py
+	$(ENVS_VF_PY) -m pytest -q -m envs tests/envs/test_verifiers.py \
+		tests/envs/test_openenv_server.py tests/envs/test_versions.py
 
 lint: install
 	$(VENV)/bin/ruff check spreadrl tests tools

@@ -172,12 +172,12 @@ def serve_command(
     max_sessions: int = typer.Option(64, "--max-sessions", help="Concurrent sessions allowed."),
     max_tool_calls: int = typer.Option(20, "--max-tool-calls", help="Tool calls per episode."),
 ) -> None:
-    """Serve the gym as an OpenEnv environment (openenv-core's own server).
+    """Serve the gym as an OpenEnv MCP environment (OpenEnv's own server).
 
-    Each WebSocket session is one episode at a time in its own folder; reset takes
-    task_id (and case), else the set's next task; the action is a tool call
-    ({"name", "arguments"}) or {"answer"}, which ends the episode with the checker's
-    reward. Needs the openenv extra. See docs/environments.md.
+    Each session is one episode at a time in its own folder; reset takes task_id
+    (and case), else the set's next task; the gym's tools are MCP tools (list_tools,
+    call_tool; also on /mcp), and the final_answer tool ends the episode with the
+    checker's reward. Needs the openenv extra. See docs/environments.md.
 
     Examples:
 
@@ -188,5 +188,8 @@ def serve_command(
     from spreadrl.integrations.openenv_server import ServeOptions, serve
 
     config = EnvConfig(tools=tools, max_tool_calls=max_tool_calls)
-    typer.echo(f"serving {tasks} as an OpenEnv environment on ws://{host}:{port}/ws")
-    serve(ServeOptions(tasks, config, workers, max_sessions), host=host, port=port)
+
+    def announce() -> None:
+        typer.echo(f"serving {tasks} as an OpenEnv environment on ws://{host}:{port}/ws")
+
+    serve(ServeOptions(tasks, config, workers, max_sessions), host, port, on_ready=announce)

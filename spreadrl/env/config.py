@@ -55,6 +55,17 @@ class EnvConfig(Section):
         "env.kind openenv: the OpenEnv server (http://host:port), e.g. `spreadrl env serve`; "
         "its tools, observations and reward replace the gym's.",
     )
+    max_sessions: int | None = option(
+        None,
+        "env.kind openenv: sessions open on the server at once (null: one per episode of a "
+        "batch); a batch runs in groups of this size, and a session the server refuses at "
+        "capacity is retried with back-off.",
+    )
+    system_prompt: str | None = option(
+        None,
+        "env.kind openenv: the system prompt of a server that sends none (null: the recipe's "
+        "rollout.system_prompt); the task text comes from the server's reset observation.",
+    )
     tools: str | list[str] = option(
         "full",
         "Tool preset (minimal | full | spreadsheet-rl: the Spreadsheet-RL-4B checkpoint's "
@@ -225,3 +236,5 @@ class EnvConfig(Section):
                 )
         elif self.url:
             raise ConfigError(f"env.url applies to env.kind openenv only; env.kind is {self.kind}")
+        if self.max_sessions is not None and self.max_sessions < 1:
+            raise ConfigError(f"env.max_sessions must be at least 1, got {self.max_sessions}")

@@ -56,4 +56,8 @@ def make_env_pool(
     # openenv: the episodes run on the server; workers do not apply
     from spreadrl.env.openenv_pool import OpenEnvPool
 
-    return OpenEnvPool(settings.url or "")
+    return OpenEnvPool(
+        settings.url or "",
+        max_sessions=settings.max_sessions,
+        system_prompt=settings.system_prompt,
+    )

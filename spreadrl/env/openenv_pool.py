@@ -3,25 +3,33 @@
 :class:`OpenEnvPool` offers the env pool's interface (``reset`` / ``step`` /
 ``finish`` returning futures, see :mod:`spreadrl.env.pool`), so the rollout
 loop, and with it ``spreadrl grpo`` and ``spreadrl eval``, runs unchanged
-against any OpenEnv server: one WebSocket session (openenv-core's
+against any OpenEnv server: one WebSocket session (openenv's
 ``GenericEnvClient``) per episode, all driven from one event loop thread.
 
 What the loop needs from the server:
 
-- the tool schemas: a server that sends ``tool_schemas`` at reset (``spreadrl
-  env serve``) is spoken to in its action shape (``{"name", "arguments"}``, and
-  ``{"answer"}`` to end and score the episode); any other server gets one tool,
-  ``step``, whose parameters are its action's JSON schema (``GET /schema``), and
-  a call's arguments are the action;
+- the tool schemas: an MCP environment (``spreadrl env serve``: its reset sends
+  ``tool_schemas``) is asked for its tools (``list_tools``) and spoken to in
+  MCP actions (``{"type": "call_tool", "tool_name", "arguments"}``; its
+  ``final_answer`` tool ends and scores the episode); any other server gets one
+  tool, ``step``, whose parameters are its action's JSON schema (``GET
+  /schema``), and a call's arguments are the action;
 - the observations: ``text`` when the server sends it, else the observation as
   JSON, become the tool responses; a ``done`` observation ends the episode;
 - the reward: the server's, the last one it sent (the outcome, scored at
   ``finish``; 0.0 when it sent none).
 
-The task still comes from the run's task set: its id and case go to ``reset``
-(``task_id``, ``case``; a server whose ``reset`` takes neither ignores them, as
-openenv-core drops keyword arguments a ``reset`` does not accept), and its
-instruction opens the episode unless the server sends its own.
+The task's id and case go to ``reset`` (``task_id``, ``case``; a server whose
+``reset`` takes neither ignores them, as openenv drops keyword arguments a
+``reset`` does not accept). The server's own prompt opens the episode: its
+``instruction``, else its reset observation's text (``text``, ``prompt``,
+``message``, ``echoed_message``, else the observation as JSON); the system prompt
+is ``system_prompt`` when given, else the recipe's.
+
+Sessions: ``max_sessions`` caps how many are open at once (the rollout loop runs
+a batch in groups of that size, :func:`session_cap`), and a reset the server
+refuses at capacity (a session of another client, or one still closing) is
+retried with back-off until ``connect_timeout_s`` has passed.
 """
 
 from __future__ import annotations
@@ -44,6 +52,8 @@ from spreadrl.errors import SpreadrlError
 log = logging.getLogger(__name__)
 
 GENERIC_TOOL = "step"
+ANSWER_TOOL = "final_answer"  # spreadrl env serve's tool that ends and scores an episode
+PROMPT_FIELDS = ("instruction", "text", "prompt", "message", "echoed_message")
 
 
 @dataclass
@@ -54,7 +64,7 @@ class _Session:
     lock: asyncio.Lock
     task: Task
     case: int
-    native: bool  # the server speaks spreadrl's action shape
+    native: bool  # an MCP environment: tools by list_tools, calls as call_tool
     reward: float | None = None
     done: bool = False
     calls: int = 0
@@ -66,16 +76,24 @@ class OpenEnvPool:
     """Episodes on the OpenEnv server at ``url``; see the module docstring."""
 
     def __init__(
-        self, url: str, *, message_timeout_s: float = 600.0, connect_timeout_s: float = 60.0
+        self,
+        url: str,
+        *,
+        max_sessions: int | None = None,
+        system_prompt: str | None = None,
+        message_timeout_s: float = 600.0,
+        connect_timeout_s: float = 120.0,
     ) -> None:
         try:
             from openenv.core.generic_client import GenericEnvClient
         except ImportError as exc:
             raise SpreadrlError(
-                "env.kind openenv needs openenv-core: pip install 'spreadrl[openenv]'"
+                "env.kind openenv needs openenv: pip install 'spreadrl[openenv]'"
             ) from exc
         self._client_cls = GenericEnvClient
         self.url = url.rstrip("/")
+        self.max_sessions = max_sessions
+        self.system_prompt = system_prompt
         self._timeout = message_timeout_s
         self._connect_timeout = connect_timeout_s
         self._sessions: dict[Hashable, _Session] = {}
@@ -117,33 +135,68 @@ class OpenEnvPool:
     async def _reset(self, episode_id: Hashable, task: Task, case: int) -> Observation:
         if episode_id in self._sessions:
             raise SpreadrlError(f"episode {episode_id!r} is already running in this pool")
-        client = self._client_cls(
-            base_url=self.url,
-            connect_timeout_s=self._connect_timeout,
-            message_timeout_s=self._timeout,
-        )
-        try:
-            await client.connect()
-            result = await client.reset(task_id=task.id, case=case)
-        except Exception:
-            await client.close()
-            raise
+        client, result = await self._open(task, case)
         obs = dict(result.observation or {})
         native = bool(obs.get("tool_schemas"))
         session = _Session(client, asyncio.Lock(), task, case, native)
         self._sessions[episode_id] = session
         if native:
-            schemas = list(obs["tool_schemas"])
+            schemas = await self._mcp_tools(session, obs["tool_schemas"])
             overview = str(obs.get("workbook_overview") or "")
+            instruction = str(obs.get("instruction") or task.instruction)
         else:
             schemas = [await self._generic_tool()]
-            overview = _render(obs)
+            instruction = _prompt(obs) or task.instruction
+            overview = "" if _prompt(obs) else _render(obs)
+        info = {**(obs.get("info") or {}), "openenv_url": self.url}
+        if self.system_prompt is not None:
+            info["system_prompt"] = self.system_prompt
         return Observation(
-            instruction=str(obs.get("instruction") or task.instruction),
-            workbook_overview=overview,
-            tool_schemas=schemas,
-            info={**(obs.get("info") or {}), "openenv_url": self.url},
+            instruction=instruction, workbook_overview=overview, tool_schemas=schemas, info=info
         )
+
+    async def _open(self, task: Task, case: int) -> tuple[Any, Any]:
+        """A connected session reset on the task; a server at capacity is retried with
+        back-off (its sessions close as other episodes end)."""
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + self._connect_timeout
+        delay = 0.05
+        while True:
+            client = self._client_cls(
+                base_url=self.url,
+                connect_timeout_s=self._connect_timeout,
+                message_timeout_s=self._timeout,
+            )
+            try:
+                await client.connect()
+                return client, await client.reset(task_id=task.id, case=case)
+            except Exception as exc:
+                await client.close()
+                if not _at_capacity(exc) or loop.time() + delay > deadline:
+                    raise
+            log.debug("OpenEnv server %s at capacity; retrying in %.2f s", self.url, delay)
+            await asyncio.sleep(delay)
+            delay = min(delay * 2, 2.0)
+
+    async def _mcp_tools(self, session: _Session, fallback: list[dict]) -> list[dict]:
+        """The MCP environment's tools (list_tools) as OpenAI function schemas, less the
+        one that ends the episode: spreadrl's loop ends it with the model's final message."""
+        result = await session.client.step({"type": "list_tools"})
+        tools = (result.observation or {}).get("tools")
+        if not isinstance(tools, list) or not tools:
+            return [s for s in fallback if s["function"]["name"] != ANSWER_TOOL]
+        return [
+            {
+                "type": "function",
+                "function": {
+                    "name": t["name"],
+                    "description": t.get("description") or "",
+                    "parameters": t.get("input_schema") or t.get("inputSchema") or {},
+                },
+            }
+            for t in tools
+            if t.get("name") != ANSWER_TOOL
+        ]
 
     async def _step(self, episode_id: Hashable, call: ToolCall) -> StepResult:
         session = self._session(episode_id)
@@ -152,7 +205,7 @@ class OpenEnvPool:
             if not session.native and call.name != GENERIC_TOOL:
                 return self._rejected(session, f"unknown tool {call.name!r}; use {GENERIC_TOOL}")
             action = (
-                {"name": call.name, "arguments": call.arguments}
+                {"type": "call_tool", "tool_name": call.name, "arguments": call.arguments}
                 if session.native
                 else dict(call.arguments)
             )
@@ -183,7 +236,9 @@ class OpenEnvPool:
             del self._sessions[episode_id]
             try:
                 if session.native and not session.done:
-                    result = await session.client.step({"answer": final_answer or ""})
+                    answer = {"answer": final_answer or ""}
+                    call = {"type": "call_tool", "tool_name": ANSWER_TOOL, "arguments": answer}
+                    result = await session.client.step(call)
                     session.reward = float(result.reward or 0.0)
                     session.info = dict((result.observation or {}).get("info") or {})
             finally:
@@ -246,6 +301,27 @@ def generic_tool_schema(action: dict[str, Any]) -> dict[str, Any]:
         "type": "function",
         "function": {"name": GENERIC_TOOL, "description": description, "parameters": parameters},
     }
+
+
+def session_cap(pool: object) -> int | None:
+    """How many episodes ``pool`` may run at once (an OpenEnv pool's ``max_sessions``);
+    None: no cap."""
+    return pool.max_sessions if isinstance(pool, OpenEnvPool) else None
+
+
+def _at_capacity(exc: BaseException) -> bool:
+    """Whether a failed connect or reset is the server refusing a session at capacity."""
+    text = str(exc)
+    return "CAPACITY_REACHED" in text or "capacity" in text.lower()
+
+
+def _prompt(obs: dict[str, Any]) -> str:
+    """A foreign environment's task text: the first text field its reset sends."""
+    for name in PROMPT_FIELDS:
+        value = obs.get(name)
+        if isinstance(value, str) and value.strip():
+            return value
+    return ""
 
 
 def _render(obs: dict[str, Any]) -> str:

@@ -1,23 +1,31 @@
-"""``spreadrl env serve``: the Spreadsheet Gym behind openenv-core's own server.
+"""``spreadrl env serve``: the Spreadsheet Gym behind OpenEnv's own server.
 
-:func:`build_app` returns openenv-core's FastAPI app (``create_app``: HTTP
-``/reset`` ``/step`` ``/state`` ``/schema`` ``/health`` and the ``/ws`` session
-endpoint its clients use), one :class:`SpreadsheetEnvironment` per WebSocket
-session, all sharing one spreadrl env pool. ``ENABLE_WEB_INTERFACE=1`` adds
-openenv's web page, as for any OpenEnv server.
+:func:`build_app` returns openenv's FastAPI app (``create_app``: HTTP ``/reset``
+``/step`` ``/state`` ``/schema`` ``/metadata`` ``/health``, the ``/ws`` session
+endpoint its clients use and ``/mcp``, MCP's JSON-RPC), one
+:class:`SpreadsheetEnvironment` per session, all sharing one spreadrl env pool.
+The tool set is resolved before the server listens, so a misspelt tool is one
+error line at start-up, not a failure at every reset. ``ENABLE_WEB_INTERFACE=1``
+adds openenv's web page, as for any OpenEnv server.
 """
 
 from __future__ import annotations
 
 import functools
+import logging
+from collections.abc import Callable
 from contextlib import ExitStack
 from dataclasses import dataclass
+from importlib import resources as package_files
 from typing import Any
 
+from spreadrl import __version__
 from spreadrl.data.sources import resolve_tasks
 from spreadrl.env.config import EnvConfig
 from spreadrl.env.factory import make_env_pool
 from spreadrl.errors import SpreadrlError
+
+log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -31,14 +39,16 @@ class ServeOptions:
 
 
 def build_app(options: ServeOptions, resources: ExitStack) -> Any:
-    """openenv-core's app over the task set; the env pool is entered on ``resources``."""
+    """openenv's app over the task set; the env pool is entered on ``resources``."""
     try:
         from openenv.core.env_server.http_server import create_app
     except ImportError as exc:
         raise SpreadrlError(
-            "spreadrl env serve needs openenv-core: pip install 'spreadrl[openenv]'"
+            "spreadrl env serve needs openenv: pip install 'spreadrl[openenv]'"
         ) from exc
+    from spreadrl.env.episode import SpreadsheetEnv
     from spreadrl.integrations.openenv_env import (
+        GymInfo,
         SpreadsheetAction,
         SpreadsheetEnvironment,
         SpreadsheetObservation,
@@ -51,22 +61,62 @@ def build_app(options: ServeOptions, resources: ExitStack) -> Any:
         )
     if options.max_sessions < 1:
         raise SpreadrlError(f"--max-sessions must be at least 1, got {options.max_sessions}")
+    schemas = tuple(SpreadsheetEnv(options.env).schemas)  # a bad tool name fails here
     picker = TaskPicker(resolve_tasks(options.tasks))
     pool = resources.enter_context(make_env_pool(options.env, workers=options.workers))
-    factory = functools.partial(SpreadsheetEnvironment, picker, pool)
-    return create_app(
-        factory,
+    gym = GymInfo(picker, pool, schemas, __version__, readme())
+    # a partial of the class: openenv reads SUPPORTS_CONCURRENT_SESSIONS from it
+    app = create_app(
+        functools.partial(SpreadsheetEnvironment, gym),
         SpreadsheetAction,
         SpreadsheetObservation,
         env_name="spreadrl-spreadsheet",
         max_concurrent_envs=options.max_sessions,
     )
+    app.add_middleware(QuietClose)
+    return app
 
 
-def serve(options: ServeOptions, host: str = "127.0.0.1", port: int = 8000) -> None:
-    """Serve until interrupted; the env pool's workers stop with the server."""
+class QuietClose:
+    """A WebSocket the client has closed is a session's normal end, not an error: openenv
+    before 0.10 closes it once more and lets the disconnect escape to uvicorn, which logs
+    a traceback per session."""
+
+    def __init__(self, app: Any) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+        if scope["type"] != "websocket":
+            await self.app(scope, receive, send)
+            return
+        from starlette.websockets import WebSocketDisconnect
+
+        try:
+            await self.app(scope, receive, send)
+        except WebSocketDisconnect:
+            log.debug("a WebSocket session closed by its client")
+
+
+def readme() -> str | None:
+    """The environment's README (package data), shown by ``/metadata`` and hubs."""
+    try:
+        return (package_files.files("spreadrl") / "assets/openenv/README.md").read_text()
+    except OSError:
+        return None
+
+
+def serve(
+    options: ServeOptions,
+    host: str = "127.0.0.1",
+    port: int = 8000,
+    on_ready: Callable[[], None] | None = None,
+) -> None:
+    """Serve until interrupted; the env pool's workers stop with the server. ``on_ready``
+    runs once the app is built (the tasks and tools checked), before it listens."""
     import uvicorn
 
     with ExitStack() as resources:
         app = build_app(options, resources)
+        if on_ready is not None:
+            on_ready()
         uvicorn.run(app, host=host, port=port, log_level="warning")

@@ -24,7 +24,7 @@ from collections.abc import Callable
 from typing import Any
 
 from spreadrl.integrations.openenv_client import SpreadsheetEnvClient
-from spreadrl.integrations.openenv_env import SpreadsheetAction
+from spreadrl.integrations.openenv_env import ANSWER_TOOL
 
 _JSON_TYPES: dict[str, Any] = {
     "string": str,
@@ -76,7 +76,7 @@ class _SpreadsheetRollout:
         if self._done:
             return "Error: the episode is over; give your final answer"
         self.calls.append({"name": name, "arguments": arguments})
-        step = self._env.step(SpreadsheetAction(name=name, arguments=arguments))
+        step = self._env.step(SpreadsheetEnvClient.call(name, **arguments))
         if step.done:
             self._done, self._reward = True, float(step.reward or 0.0)
         return step.observation.text
@@ -84,7 +84,7 @@ class _SpreadsheetRollout:
     def get_reward(self) -> float:
         """The checker's reward for the rollout's workbook (the episode ends here)."""
         if not self._done:
-            end = self._env.step(SpreadsheetAction(answer=""))
+            end = self._env.step(SpreadsheetEnvClient.call(ANSWER_TOOL, answer=""))
             self._done, self._reward = True, float(end.reward or 0.0)
         return float(self._reward or 0.0)
 

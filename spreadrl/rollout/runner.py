@@ -18,6 +18,7 @@ from concurrent.futures import Future
 from dataclasses import dataclass, replace
 from typing import Protocol
 
+from spreadrl.env.openenv_pool import session_cap
 from spreadrl.env.types import EpisodeResult
 from spreadrl.errors import ConfigError
 from spreadrl.rollout.chat import EpisodeChat
@@ -80,6 +81,26 @@ class EpisodeRunner(Protocol):
     ) -> RolloutBatch: ...
 
 
+def _in_groups(
+    policy: Policy,
+    pool: EnvPoolLike,
+    jobs: Sequence[EpisodeJob],
+    cfg: RolloutConfig,
+    chat: EpisodeChat | None,
+    run: RunValues,
+    on_episode_done: Callable[[Trajectory], None] | None,
+    size: int,
+) -> RolloutBatch:
+    """``jobs`` run ``size`` at a time (an environment server's session cap), in order."""
+    batches = [
+        run_episodes(policy, pool, jobs[i : i + size], cfg, chat, run=run,
+                     on_episode_done=on_episode_done)
+        for i in range(0, len(jobs), size)
+    ]  # fmt: skip
+    timings = {key: sum(b.timings.get(key, 0.0) for b in batches) for key in batches[0].timings}
+    return RolloutBatch([t for b in batches for t in b.trajectories], timings)
+
+
 def run_episodes(
     policy: Policy,
     pool: EnvPoolLike,
@@ -104,6 +125,9 @@ def run_episodes(
         raise ValueError("a token-level policy needs the tokenizer's EpisodeChat")
     elif not run.max_context_tokens:
         run = replace(run, max_context_tokens=context_limit(policy))
+    cap = session_cap(pool)
+    if cap is not None and len(jobs) > cap:  # a server that holds fewer sessions at once
+        return _in_groups(policy, pool, jobs, cfg, chat, run, on_episode_done, cap)
     ids = [job.episode_id for job in jobs]
     if len(set(ids)) != len(ids):
         dup = next(i for i in ids if ids.count(i) > 1)

@@ -2,9 +2,10 @@
 
 Against `spreadrl env serve` the same tasks give the same rewards (and the same
 conversations) as the in-process gym; against the echo environment that
-openenv-core's `openenv init` writes (the only environment openenv-core 0.3.0
-ships, as a template; offline), the action schema becomes the one tool and the
-server's reward the outcome.
+openenv's `openenv init` writes (the environment openenv ships, as a template;
+offline, unmodified: one session at a time), the action schema becomes the one
+tool, the server's reset text the prompt and its reward the outcome, and GRPO
+trains on it through a one-session cap.
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ from pathlib import Path
 
 import httpx
 import pytest
+import torch
 
 from spreadrl.config import load_config
 from spreadrl.data.task import load_tasks
@@ -114,7 +116,8 @@ def _free_port() -> int:
 
 @contextmanager
 def echo_server(tmp: Path) -> Iterator[str]:
-    """openenv-core's own example: the echo environment `openenv init` writes."""
+    """openenv's own example: the echo environment `openenv init` writes, unmodified
+    (its app allows one concurrent session)."""
     openenv_cli = Path(sys.executable).with_name("openenv")
     subprocess.run(
         [str(openenv_cli), "init", "echo_env", "--output-dir", str(tmp)],
@@ -161,13 +164,51 @@ class EchoOnce:
 
 
 def test_a_server_from_outside_the_project_the_openenv_echo_environment(tmp_path, tasks_dir):
-    task = load_tasks(tasks_dir).tasks[0]
-    with echo_server(tmp_path) as url, make_env_pool(EnvConfig(kind="openenv", url=url)) as pool:
-        (traj,) = run_episodes(EchoOnce(), pool, [EpisodeJob(task)], RolloutConfig()).trajectories
+    tasks = load_tasks(tasks_dir).tasks[:3]
+    with (
+        echo_server(tmp_path) as url,
+        make_env_pool(
+            EnvConfig(kind="openenv", url=url, max_sessions=1, system_prompt="Echo things.")
+        ) as pool,
+    ):
+        jobs = [EpisodeJob(task) for task in tasks]  # three episodes, one session at a time
+        trajectories = run_episodes(EchoOnce(), pool, jobs, RolloutConfig()).trajectories
+    assert [t.error for t in trajectories] == [None] * 3
+    traj = trajectories[0]
     (tool,) = traj.tools
     assert tool["function"]["name"] == "step"
     assert "message" in tool["function"]["parameters"]["properties"]
-    assert traj.messages[1]["content"].startswith(task.instruction)
+    # the environment's own prompt: its reset text, and the system prompt set for it
+    assert traj.messages[0] == {"role": "system", "content": "Echo things."}
+    assert traj.messages[1]["content"] == "Echo Env environment ready!"
     echoed = json.loads(next(m for m in traj.messages if m["role"] == "tool")["content"])
     assert echoed["echoed_message"] == "hello" and echoed["message_length"] == 5
-    assert traj.reward == pytest.approx(0.5)  # the echo server's reward: 0.1 per character
+    assert [t.reward for t in trajectories] == [pytest.approx(0.5)] * 3  # 0.1 per character
+
+
+def test_grpo_trains_two_steps_on_the_unmodified_echo_environment(
+    tmp_path, tasks_dir, tiny_model_dir
+):
+    """Four episodes a step against a server that holds one session: env.max_sessions=1
+    runs them one after another, and none crashes. The untrained model writes no valid
+    call, so every reward is the echo server's 0.0 at reset; the weights move through
+    the overlong shaping's penalties (what moves them is said, not implied)."""
+    from safetensors.torch import load_file
+
+    out = tmp_path / "run"
+    with echo_server(tmp_path) as url:
+        env = ["env.kind=openenv", f"env.url={url}", "env.max_sessions=1"]
+        env += [
+            "env.system_prompt=Call the step tool with a message.",
+            f"data.train_tasks={tasks_dir}",
+        ]
+        train_grpo(_grpo_cfg(tiny_model_dir, out, env))
+    rows = [json.loads(line) for line in (out / "trajectories.jsonl").read_text().splitlines()]
+    assert len(rows) == 2 * 4
+    assert [r["error"] for r in rows] == [None] * len(rows)
+    assert all(r["messages"][1]["content"] == "Echo Env environment ready!" for r in rows)
+    assert [m["step"] for m in _metrics(out)] == [1, 2]
+    before = load_file(str(tiny_model_dir / "model.safetensors"))
+    after = load_file(str(out / "final" / "model.safetensors"))
+    moved = [name for name in before if not torch.equal(before[name], after[name])]
+    assert moved, "no weight changed in two GRPO steps"

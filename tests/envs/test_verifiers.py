@@ -24,6 +24,7 @@ from fastapi.responses import StreamingResponse
 
 from spreadrl.data.task import load_tasks
 from tests.envs.conftest import ROOT, free_port
+from tests.envs.test_versions import claimed_openenv
 
 pytestmark = pytest.mark.envs
 MODULE = ROOT / "integrations" / "verifiers"
@@ -149,3 +150,18 @@ def test_vf_eval_with_a_real_tiny_model_behind_spreadrl_serve(
     with spreadrl_serve(tiny_model_dir) as client:
         rewards = vf_eval(tmp_path / "tiny", openenv_url, task.id, client, "tiny")
     assert rewards["checker"] == 0.0
+
+
+def test_verifiers_and_spreadrl_openenv_import_together():
+    """verifiers' own openenv extra and spreadrl's, resolved into one venv (this file runs
+    in make test-envs' verifiers venv)."""
+    import importlib.metadata as metadata
+
+    import spreadrl_spreadsheet_gym  # noqa: F401
+    import verifiers
+    from verifiers.v1 import Taskset  # noqa: F401
+
+    from spreadrl.integrations.openenv_env import SpreadsheetEnvironment  # noqa: F401
+
+    assert verifiers.__version__.startswith("0.4")
+    assert claimed_openenv().specifier.contains(metadata.version("openenv"))

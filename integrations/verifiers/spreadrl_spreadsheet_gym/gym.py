@@ -60,6 +60,14 @@ def parse_action(reply: str) -> dict[str, Any] | str:
     return {k: action[k] for k in ("name", "arguments", "answer") if k in action}
 
 
+def mcp_action(action: dict[str, Any]) -> dict[str, Any]:
+    """The reply's action as the server's MCP call (``final_answer`` ends the episode)."""
+    if "answer" in action:
+        arguments: Any = {"answer": str(action["answer"])}
+        return {"type": "call_tool", "tool_name": "final_answer", "arguments": arguments}
+    return {"type": "call_tool", "tool_name": action["name"], "arguments": action.get("arguments")}
+
+
 def opening(observation: dict[str, Any]) -> str:
     """The first user turn: the task, the workbook, the tools, how to act."""
     tools = json.dumps(observation.get("tool_schemas") or [], ensure_ascii=False)
@@ -86,7 +94,7 @@ class SpreadsheetGymEnv(vf.Env[SpreadsheetGymEnvConfig]):
                     if isinstance(action, str):
                         reply = f"Error: {action}"
                     else:
-                        result = await client.step(action)
+                        result = await client.step(mcp_action(action))
                         if "name" in action:
                             calls += 1
                             ok += bool(result.observation.get("ok", True))
@@ -95,7 +103,7 @@ class SpreadsheetGymEnv(vf.Env[SpreadsheetGymEnvConfig]):
                         break
                     segment = await interaction.turn(reply)
             if not result.done:  # out of turns: score the workbook as it is
-                result = await client.step({"answer": ""})
+                result = await client.step(mcp_action({"answer": ""}))
         trace = interaction.trace
         trace.record_reward("checker", float(result.reward or 0.0))
         share = ok / calls if calls else 0.0
