@@ -26,8 +26,9 @@ TOOLS = [
 ]
 
 
-def run(instruction, workbook, base_url, model):
-    """FakePool's episode: opening, tool results as FakePool.step writes them."""
+def run(instruction, workbook, base_url, model, edit=False):
+    """FakePool's episode: opening, tool results as FakePool.step writes them; with
+    ``edit`` each reply is sent back with its content changed (a re-rendered history)."""
     messages = [
         {"role": "system", "content": SYSTEM},
         {"role": "user", "content": f"{instruction}\n\nSheet1: A1:B2"},
@@ -42,6 +43,8 @@ def run(instruction, workbook, base_url, model):
             if reply.status_code != 200:
                 raise RuntimeError(f"{reply.status_code}: {reply.text}")
             message = reply.json()["choices"][0]["message"]
+            if edit:
+                message = {**message, "content": "(edited) " + (message.get("content") or "")}
             messages.append(message)
             calls = message.get("tool_calls") or []
             if not calls:
@@ -50,6 +53,10 @@ def run(instruction, workbook, base_url, model):
                 args = json.loads(call["function"]["arguments"])
                 text = "wrote" if "values" in args else "Error: values missing"
                 messages.append({"role": "tool", "tool_call_id": call["id"], "content": text})
+
+
+def edited(instruction, workbook, base_url, model):
+    run(instruction, workbook, base_url, model, edit=True)
 
 
 def crash(instruction, workbook, base_url, model):

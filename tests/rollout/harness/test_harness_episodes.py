@@ -112,3 +112,30 @@ def test_a_misbehaving_harness_is_an_episode_error(tmp_path, chat, function, why
         assert traj.stop_reason == EndReason.ERROR and traj.crashed
         assert why in traj.error
     assert not (tmp_path / "episodes" / "escaped.txt").exists()
+
+
+def test_a_rerendered_history_breaks_into_samples_that_share_the_advantage(tmp_path, chat):
+    """A harness that edits the reply it sends back: each call starts a sample, counted."""
+    import torch
+
+    from spreadrl.train.rollouts import to_samples
+
+    task = workbook_task(tmp_path)
+    jobs = [EpisodeJob(task, 1, s) for s in range(2)]
+    cfg, run = RolloutConfig(max_turns=4), RunValues(seed=7)
+    policy = ScriptedTokenPolicy(chat.tokenizer, chat.fmt.stop_ids[0])
+    out = harness("edited", tmp_path)(policy, None, jobs, cfg, chat, run=run)
+    assert out.timings["harness_prefix_breaks"] == 2  # one per episode: its second call
+    for traj in out.trajectories:
+        assert traj.error is None, traj.traceback
+        assert traj.turns == 2 and traj.metadata["harness_prefix_breaks"] == 1
+        (second,) = traj.metadata["harness_samples"]
+        # the second call's prompt as the engine saw it: the edited history, rendered whole
+        assert second["prompt_ids"] in policy.contexts
+        assert "(edited)" in chat.tokenizer.decode(second["prompt_ids"])
+        assert all(m == 1 for m in second["response_mask"])  # only the sampled answer
+    keep = torch.ones(1, dtype=torch.bool)
+    samples = to_samples(out.trajectories, torch.tensor([[0.5, -0.5]]), keep, 2)
+    assert [s.advantage for s in samples] == [0.5, 0.5, -0.5, -0.5]
+    (second,) = out.trajectories[0].metadata["harness_samples"]
+    assert samples[1].ids == second["prompt_ids"] + second["response_ids"]
