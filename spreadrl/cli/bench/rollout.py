@@ -29,7 +29,10 @@ def bench_rollout(
     device: str = typer.Option("cpu"),
     preset: str = typer.Option("write_range", help="Tool preset or list (episode mode)."),
     against: str = typer.Option(
-        None, help="'generate': spreadrl's hf rollout beside transformers' generate instead."
+        None,
+        help="'generate': spreadrl's hf rollout beside transformers' generate instead; "
+        "'harness': the built-in loop beside the capturing endpoint (rollout.harness) on "
+        "the same episodes.",
     ),
     model_preset: str = typer.Option(
         "tiny", help="Random model's preset: tiny | small | 4b-shape."
@@ -54,6 +57,8 @@ def bench_rollout(
 
       spreadrl bench rollout --against generate --model-preset small --batch 16
 
+      spreadrl bench rollout --against harness --episodes 16 --repeats 3
+
       spreadrl bench rollout --against generate --device cuda --model-preset 4b-shape \\
         --variant default --variant static --prompt-tokens 2048 --max-new-tokens 256
     """
@@ -76,8 +81,11 @@ def bench_rollout(
             f"({episodes} episodes, model {model or 'tiny random'}, device {device})"
         )
         return
+    if against == "harness":
+        _print_harness(console, model, episodes, max_new_tokens, repeats, device, out)
+        return
     if against != "generate":
-        raise ConfigError(f"--against {against!r}: the one comparison is 'generate'")
+        raise ConfigError(f"--against {against!r}: compare with 'generate' or 'harness'")
     chosen = tuple(variant or ("default",))
     bad = sorted(set(chosen) - set(VARIANTS))
     if bad:
@@ -117,3 +125,37 @@ def _print_against(console: Console, result: dict[str, Any]) -> None:
         )
     console.print(table)
     console.print(", ".join(f"{k} {v}" for k, v in result["shape"].items()), markup=False)
+
+
+def _print_harness(
+    console: Console,
+    model: str | None,
+    episodes: int,
+    max_new_tokens: int,
+    repeats: int,
+    device: str,
+    out: Path | None,
+) -> None:
+    """The built-in loop beside the capturing endpoint (``spreadrl.bench.harness``)."""
+    from spreadrl.bench.harness import against_harness
+
+    result = against_harness(
+        model, episodes=episodes, max_new_tokens=max_new_tokens, repeats=repeats, device=device
+    )
+    table = Table("path", "median s", "each repeat (s)", "generated tokens")
+    for label in ("built-in", "endpoint"):
+        times = ", ".join(f"{t:.2f}" for t in result["seconds"][label])
+        table.add_row(
+            label,
+            f"{result['median_s'][label]:.2f}",
+            times,
+            str(result["generated_tokens"][label]),
+        )
+    console.print(table)
+    same = "same tokens" if result["same_tokens"] else "NOT the same tokens"
+    console.print(
+        f"capturing endpoint overhead: {100 * result['overhead']:+.1f}% of the built-in "
+        f"loop's rollout time ({episodes} episodes, {same}, model {result['model']}, {device})"
+    )
+    if out is not None:
+        out.write_text(json.dumps(result, indent=1))

@@ -39,7 +39,7 @@ import socket
 import threading
 import time
 from concurrent.futures import Future
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -106,6 +106,8 @@ class CaptureEndpoint:
         *,
         model_name: str = "spreadrl-policy",
     ) -> None:
+        if not run.max_context_tokens:  # as run_episodes: no turn past the model's positions
+            run = replace(run, max_context_tokens=max(policy.max_context_tokens, 0))
         self.policy, self.chat, self.cfg, self.run = policy, chat, cfg, run
         self.model_name = model_name
         self.sessions: dict[str, Session] = {}
