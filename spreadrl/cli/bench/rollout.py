@@ -29,10 +29,7 @@ def bench_rollout(
     device: str = typer.Option("cpu"),
     preset: str = typer.Option("write_range", help="Tool preset or list (episode mode)."),
     against: str = typer.Option(
-        None,
-        help="'generate': spreadrl's hf rollout beside transformers' generate instead; "
-        "'harness': the built-in loop beside the capturing endpoint (rollout.harness) on "
-        "the same episodes.",
+        None, help="generate: beside transformers' generate; harness: beside rollout.harness."
     ),
     model_preset: str = typer.Option(
         "tiny", help="Random model's preset: tiny | small | 4b-shape."
@@ -69,21 +66,9 @@ def bench_rollout(
         rows, rates = episode_rates(
             model, tasks, episodes, max_new_tokens, max_turns, device, preset
         )
-        table = Table(
-            "mode", "episodes/s", "generated tok/s", "generate s", "tools s", "tools share"
-        )
-        for row in rows:
-            table.add_row(*row)
-        console.print(table)
-        ratio = rates["batched"] / max(rates["one at a time"], 1e-9)
-        console.print(
-            f"batched / one-at-a-time generation throughput: {ratio:.1f}x "
-            f"({episodes} episodes, model {model or 'tiny random'}, device {device})"
-        )
-        return
+        return _print_episodes(console, rows, rates, f"{episodes} episodes", model, device)
     if against == "harness":
-        _print_harness(console, model, episodes, max_new_tokens, repeats, device, out)
-        return
+        return _print_harness(console, model, episodes, max_new_tokens, repeats, device, out)
     if against != "generate":
         raise ConfigError(f"--against {against!r}: compare with 'generate' or 'harness'")
     chosen = tuple(variant or ("default",))
@@ -106,6 +91,26 @@ def bench_rollout(
     _print_against(console, result)
     if out is not None:
         out.write_text(json.dumps(result, indent=1))
+
+
+def _print_episodes(
+    console: Console,
+    rows: list[tuple[str, ...]],
+    rates: dict[str, float],
+    what: str,
+    model: str | None,
+    device: str,
+) -> None:
+    """Batched vs one-at-a-time episodes: the table and the throughput ratio."""
+    table = Table("mode", "episodes/s", "generated tok/s", "generate s", "tools s", "tools share")
+    for row in rows:
+        table.add_row(*row)
+    console.print(table)
+    ratio = rates["batched"] / max(rates["one at a time"], 1e-9)
+    console.print(
+        f"batched / one-at-a-time generation throughput: {ratio:.1f}x "
+        f"({what}, model {model or 'tiny random'}, device {device})"
+    )
 
 
 def _print_against(console: Console, result: dict[str, Any]) -> None:
