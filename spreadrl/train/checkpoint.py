@@ -15,10 +15,24 @@ ignored while stopping, but SIGKILL is not): everything goes to
 every rank has written its part, then ``latest`` is replaced (write + rename).
 A kill before the rename leaves the previous checkpoint as ``latest`` and a
 stale temporary folder, removed by the next save.
+
+What a rename cannot promise, a check at resume does. Every file of a checkpoint is
+flushed to disk (fsync) before the rename, and ``manifest.json``, written last, lists
+each file and its size. A folder that a lost node or a full disk left cut short (a
+file missing, shorter, or a ``trainer_state.pt`` that does not load) is skipped with
+one line naming it and what is wrong, and the previous complete checkpoint is used;
+when checkpoint folders exist but none is complete, resume refuses with one line
+rather than start the run over. A save that fails (ENOSPC, a read-only disk) removes
+its temporary folder and raises :class:`CheckpointSaveError`: the previous checkpoint
+stays untouched, and the same command resumes from it once the disk has room.
 """
 
 from __future__ import annotations
 
+import errno
+import json
+import logging
+import os
 import random
 import shutil
 import warnings
@@ -30,6 +44,7 @@ import torch
 import torch.distributed as dist
 import torch.distributed.checkpoint as dcp
 from torch import nn
+from torch.distributed.checkpoint.api import CheckpointException
 from torch.distributed.checkpoint.state_dict import (
     StateDictOptions,
     get_model_state_dict,
@@ -44,6 +59,18 @@ from spreadrl.errors import SpreadrlError
 from spreadrl.train.distributed import DistInfo
 
 STATE_FILE = "trainer_state.pt"
+MANIFEST = "manifest.json"
+"""Written last into a checkpoint: every other file's relative path and size in bytes."""
+
+log = logging.getLogger(__name__)
+
+
+class CheckpointSaveError(SpreadrlError):
+    """A checkpoint could not be written (disk full, read-only): the previous one is kept."""
+
+
+class CheckpointError(SpreadrlError):
+    """No checkpoint to resume from is complete, or one could not be read."""
 
 
 class TrainerState(TypedDict):
@@ -114,11 +141,39 @@ def save_checkpoint(
 ) -> Path:
     """Write ``root/step-NNNNNN`` and point ``root/latest`` at it; keep the newest ``keep``."""
     main = info is None or info.is_main
-    rank = info.rank if info is not None else 0
     folder = checkpoint_folder(root, step)
     tmp = root / f".tmp-{folder.name}"
+    try:
+        _write_checkpoint(tmp, step, model, tokenizer, optimizer, scheduler, extra, info)
+        if main:
+            _put_in_place(root, tmp, folder, keep)
+    except (OSError, CheckpointException) as exc:
+        cause = _os_error(exc)
+        if cause is None:  # a bug, not the disk: keep its traceback
+            raise
+        if main:
+            shutil.rmtree(tmp, ignore_errors=True)  # frees what the failed save took
+        raise CheckpointSaveError(_save_failed(root, folder, cause)) from exc
+    _barrier(info)
+    return folder
+
+
+def _write_checkpoint(
+    tmp: Path,
+    step: int,
+    model: nn.Module,
+    tokenizer: PreTrainedTokenizerBase | None,
+    optimizer: Optimizer | None,
+    scheduler: LRScheduler | None,
+    extra: dict[str, object] | None,
+    info: DistInfo | None,
+) -> None:
+    """Every rank's part of the checkpoint into ``tmp``; the main rank writes the state,
+    flushes every file to disk and writes the manifest last."""
+    main = info is None or info.is_main
+    rank = info.rank if info is not None else 0
     if main:
-        for stale in root.glob(".tmp-step-*"):  # left by a save that was killed
+        for stale in tmp.parent.glob(".tmp-step-*"):  # left by a save that was killed
             shutil.rmtree(stale, ignore_errors=True)
         tmp.mkdir(parents=True)
     _barrier(info)
@@ -140,23 +195,78 @@ def save_checkpoint(
         )
     _barrier(info)
     if main:
-        if folder.exists():  # the same step saved again (a kill between the renames:
-            old = root / f".old-{folder.name}"  # see latest_checkpoint)
-            shutil.rmtree(old, ignore_errors=True)
-            folder.rename(old)
-            tmp.rename(folder)
-            shutil.rmtree(old, ignore_errors=True)
-        else:
-            tmp.rename(folder)
-        latest_tmp = root / "latest.tmp"
-        latest_tmp.write_text(folder.name)
-        latest_tmp.replace(root / "latest")
-        if keep > 0:
-            steps = sorted(p for p in root.glob("step-*") if p.is_dir())
-            for gone in steps[:-keep]:
-                shutil.rmtree(gone, ignore_errors=True)
-    _barrier(info)
-    return folder
+        files = {str(p.relative_to(tmp)): p.stat().st_size for p in tmp.rglob("*") if p.is_file()}
+        (tmp / MANIFEST).write_text(json.dumps({"step": step, "files": files}, indent=1))
+        _sync_tree(tmp)
+
+
+def _put_in_place(root: Path, tmp: Path, folder: Path, keep: int) -> None:
+    """Rename the finished ``tmp`` to ``folder``, point ``latest`` at it, prune to ``keep``."""
+    if folder.exists():  # the same step saved again (a kill between the renames:
+        old = root / f".old-{folder.name}"  # see latest_checkpoint)
+        shutil.rmtree(old, ignore_errors=True)
+        folder.rename(old)
+        tmp.rename(folder)
+        shutil.rmtree(old, ignore_errors=True)
+    else:
+        tmp.rename(folder)
+    latest_tmp = root / "latest.tmp"
+    latest_tmp.write_text(folder.name)
+    latest_tmp.replace(root / "latest")
+    _fsync(root)
+    if keep > 0:
+        steps = sorted(p for p in root.glob("step-*") if p.is_dir())
+        for gone in steps[:-keep]:
+            shutil.rmtree(gone, ignore_errors=True)
+
+
+def _fsync(path: Path) -> None:
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def _sync_tree(folder: Path) -> None:
+    """Flush every file and folder under ``folder`` to disk: the rename that follows must
+    not publish a checkpoint whose bytes are still only in the page cache."""
+    for path in sorted(folder.rglob("*"), reverse=True):
+        _fsync(path)
+    _fsync(folder)
+
+
+def _os_error(exc: BaseException) -> OSError | None:
+    """``exc`` if an OSError, else the OSError a torch.distributed.checkpoint failure
+    wraps (it reports each rank's exception), else None."""
+    if isinstance(exc, OSError):
+        return exc
+    if isinstance(exc, CheckpointException):
+        for failure, _trace in exc.failures.values():
+            if isinstance(failure, OSError):
+                return failure
+    return None
+
+
+def _one_line(exc: BaseException) -> str:
+    return " ".join(str(exc).split())[:200]
+
+
+def _save_failed(root: Path, folder: Path, exc: OSError) -> str:
+    """The one line a failed save raises: what failed, and what a rerun resumes from."""
+    why = exc.strerror or str(exc)
+    if exc.errno == errno.ENOSPC:
+        why = "no space left on device"
+    try:
+        kept, _ = find_resume_point(root)
+    except CheckpointError:
+        kept = None
+    after = (
+        f"the previous checkpoint {kept} is kept; the same command resumes from it"
+        if kept is not None
+        else "no earlier checkpoint; the same command starts the run over"
+    )
+    return f"could not save checkpoint {folder}: {why}; {after} once the disk has room"
 
 
 def checkpoint_folder(root: Path, step: int) -> Path:
@@ -170,20 +280,65 @@ def checkpoint_step(folder: Path) -> int:
 
 
 def latest_checkpoint(root: Path) -> Path | None:
-    """The newest complete checkpoint under ``root``, or None.
+    """The newest complete checkpoint under ``root``, or None (see :func:`find_resume_point`)."""
+    return find_resume_point(root)[0]
 
-    ``latest`` names it; should that folder be gone (a kill between the two
-    renames of a re-saved step), the newest ``step-*`` folder is complete by
-    construction (only a finished temporary folder is renamed to that name).
+
+def find_resume_point(root: Path) -> tuple[Path | None, list[str]]:
+    """The newest complete checkpoint under ``root`` (or None), and one line per newer
+    folder skipped because it is incomplete (see :func:`checkpoint_problem`).
+
+    Raises CheckpointError when ``step-*`` folders exist but none is complete: a run
+    that started over would cut its logs back to nothing.
+
+    ``latest`` names the newest checkpoint for a reader; the folders themselves decide,
+    so a kill between the two renames of a re-saved step (``latest`` naming a folder
+    that is gone) or between the rename and ``latest``'s update loses nothing.
     """
-    pointer = root / "latest"
-    if not pointer.exists():
-        return None
-    folder = root / pointer.read_text().strip()
-    if (folder / STATE_FILE).exists():
-        return folder
-    complete = sorted(p for p in root.glob("step-*") if (p / STATE_FILE).exists())
-    return complete[-1] if complete else None
+    if not root.is_dir():
+        return None, []
+    skipped: list[str] = []
+    for folder in sorted((p for p in root.glob("step-*") if p.is_dir()), reverse=True):
+        problem = checkpoint_problem(folder)
+        if problem is None:
+            return folder, skipped
+        skipped.append(f"checkpoint {folder} is incomplete ({problem}): skipped")
+    if skipped:
+        raise CheckpointError(
+            f"no complete checkpoint in {root}: "
+            + "; ".join(s.removeprefix("checkpoint ") for s in skipped)
+            + "; move the folder away to start the run over"
+        )
+    return None, []
+
+
+def checkpoint_problem(folder: Path) -> str | None:
+    """What makes ``folder`` unusable as a checkpoint (one phrase), or None when complete.
+
+    Checked: ``trainer_state.pt`` loads, and every file ``manifest.json`` lists is there
+    with its size. A folder written before the manifest existed is judged by its state
+    file alone.
+    """
+    state = folder / STATE_FILE
+    if not state.is_file():
+        return f"no {STATE_FILE}"
+    manifest = folder / MANIFEST
+    if manifest.is_file():
+        try:
+            files = json.loads(manifest.read_text())["files"]
+        except (ValueError, KeyError, TypeError):
+            return f"{MANIFEST} does not parse"
+        for name, size in sorted(files.items()):
+            path = folder / name
+            if not path.is_file():
+                return f"{name} is missing"
+            if path.stat().st_size != size:
+                return f"{name} has {path.stat().st_size} of its {size} bytes"
+    try:
+        torch.load(state, weights_only=False)
+    except Exception as exc:  # a truncated pickle raises one of several types
+        return f"{STATE_FILE} does not load ({type(exc).__name__})"
+    return None
 
 
 def load_trainer_state(
@@ -202,17 +357,24 @@ def load_trainer_state(
     path = folder / STATE_FILE
     if not path.exists():
         raise SpreadrlError(f"{folder}: not a spreadrl checkpoint (no {STATE_FILE})")
-    state: TrainerState = torch.load(path, weights_only=False)
-    if optimizer is not None and (folder / "optim").exists():
-        warnings.filterwarnings("ignore", message="torch.distributed is disabled")
-        osd = get_optimizer_state_dict(model, optimizer)
-        dcp.load({"optim": osd}, checkpoint_id=str(folder / "optim"))
-        set_optimizer_state_dict(model, optimizer, osd)
-    if scheduler is not None and state.get("scheduler") is not None:
-        scheduler.load_state_dict(state["scheduler"])
-    rng_file = folder / f"rng-{info.rank if info is not None else 0}.pt"
-    if rng_file.exists():
-        set_rng_state(torch.load(rng_file, weights_only=False))
+    try:
+        state: TrainerState = torch.load(path, weights_only=False)
+        if optimizer is not None and (folder / "optim").exists():
+            warnings.filterwarnings("ignore", message="torch.distributed is disabled")
+            osd = get_optimizer_state_dict(model, optimizer)
+            dcp.load({"optim": osd}, checkpoint_id=str(folder / "optim"))
+            set_optimizer_state_dict(model, optimizer, osd)
+        if scheduler is not None and state.get("scheduler") is not None:
+            scheduler.load_state_dict(state["scheduler"])
+        rng_file = folder / f"rng-{info.rank if info is not None else 0}.pt"
+        if rng_file.exists():
+            set_rng_state(torch.load(rng_file, weights_only=False))
+    except (OSError, RuntimeError, EOFError, ValueError, KeyError, CheckpointException) as exc:
+        log.debug("checkpoint %s does not load", folder, exc_info=True)
+        raise CheckpointError(
+            f"checkpoint {folder} does not load ({type(exc).__name__}: {_one_line(exc)}); "
+            "move it away to resume from the one before"
+        ) from exc
     return state
 
 

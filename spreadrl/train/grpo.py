@@ -65,15 +65,14 @@ def train_grpo(
     tasks: TaskSet | None = None,
     eval_tasks: TaskSet | None = None,
 ) -> Path:
-    """Run GRPO per ``cfg``; return the final model folder.
+    """Run GRPO per ``cfg``; return the final model folder (a finished run: at once).
 
-    ``pool`` and ``tasks`` default to what the config names; pass them to reuse an
-    environment pool or to train on tasks built in code; ``eval_tasks`` the held-out
-    set of ``eval.every_steps`` (default: ``eval.tasks``); ``reporter`` gets the step
-    lines (default: logged). Raises RunStopped (SIGINT
-    or SIGTERM on any rank: saved after a whole step, resumed by the same command)
-    and RunHalted (too many crashed episodes, or steps that kept no group).
-    """
+    ``pool`` and ``tasks`` default to what the config names (pass them to reuse a pool
+    or to train on tasks built in code); ``eval_tasks`` the held-out set of
+    ``eval.every_steps`` (default: ``eval.tasks``); ``reporter`` gets the step lines
+    (default: logged). Raises RunStopped (SIGINT or SIGTERM on any rank: saved after a
+    whole step, resumed by the same command) and RunHalted (too many crashed episodes,
+    or steps that kept no group)."""
     run = Run.start(cfg, reporter or LogReporter(), seed_per_rank=True)
     info, compute = run.info, run.precision.compute
     try:
@@ -85,14 +84,15 @@ def train_grpo(
         cfg.model, cfg.loss, run.precision, info.device, resume_from=run.resume_from
     )
     reference = build_reference(start_model, cfg.loss, dtype=compute)
-    offload = cfg.model.cpu_offload
-    shard_model(model, info, compute_dtype=compute, cpu_offload=offload)
+    shard_model(model, info, compute_dtype=compute, cpu_offload=cfg.model.cpu_offload)
     if reference is not None and reference.separate:  # a model of its own: sharded alike
-        shard_model(reference.model, info, compute_dtype=compute, cpu_offload=offload)
+        shard_model(reference.model, info, compute_dtype=compute, cpu_offload=cfg.model.cpu_offload)
     per_step = updates_per_step(cfg.rollout, cfg.optim)
     optimizer = build_optimizer(model, cfg.optim)
     scheduler = build_scheduler(optimizer, cfg.optim, cfg.steps * per_step)
     resumed = resume_trainer_state(run.resume_from, model, optimizer, scheduler, info)
+    if run.already_done(resumed, cfg.steps):  # a finished run rerun: nothing to train
+        return run.finish(model, tokenizer, keep_existing=True)
     # asynchronous: tokens sampled by older weights than the ones updated are weighted
     # by min(pi_prox / pi_behav, cap) whatever loss.tis says (docs/async.md)
     loss = replace(cfg.loss, tis=True) if cfg.rollout.max_staleness else cfg.loss
@@ -281,8 +281,8 @@ def train_steps(
     """Steps ``start + 1 .. cfg.steps``, each calling the parts in order: the source's
     rollouts -> samples -> reference / proximal log-probs -> the source's bookkeeping
     -> the update -> the source told of it -> memory released for generation ->
-    metrics, report, save. SIGINT / SIGTERM: every rank stops after the same step,
-    then saves it."""
+    metrics, report, save; after the last step the end state is saved. SIGINT / SIGTERM:
+    every rank stops after the same step, then saves it."""
     signals = StopSignals(run.info.rank if run.info.enabled else None)
     signals.install()
     checks = StepChecks(cfg.sampling)
@@ -314,6 +314,9 @@ def train_steps(
             if step < cfg.steps and (signal_name := signals.requested(run.info)):
                 source.stop()  # its requests aborted, its rollouts discarded
                 raise run.stop(signal_name, step, cfg.steps, saved, parts, extra)
+        run.end(
+            cfg.steps, cfg.steps, saved, parts, extra
+        )  # a rerun resumes from, or is done at, it
     except RunHalted:
         run.metrics.close()  # what was logged stays; every rank leaves the group together
         run.close()

@@ -3,7 +3,9 @@ precision, checkpoints). The model they train is built by :mod:`spreadrl.train.t
 
 from __future__ import annotations
 
+import errno
 import random
+import shutil
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -15,12 +17,14 @@ from torch.optim.lr_scheduler import LRScheduler
 from transformers import PreTrainedTokenizerBase
 
 from spreadrl.config import config_to_dict, dump_config
-from spreadrl.errors import RunStopped, SpreadrlError
+from spreadrl.errors import ConfigError, RunStopped, SpreadrlError
 from spreadrl.reporting import Reporter
 from spreadrl.train.checkpoint import (
+    CheckpointSaveError,
+    TrainerState,
     checkpoint_folder,
     checkpoint_step,
-    latest_checkpoint,
+    find_resume_point,
     save_checkpoint,
     save_model,
 )
@@ -87,7 +91,9 @@ class Run:
         np.random.seed(seed % 2**32)
         torch.manual_seed(seed)
         root = Path(cfg.checkpoint.dir) if cfg.checkpoint.dir else out / "checkpoints"
-        resume_from = latest_checkpoint(root)
+        resume_from, skipped = find_resume_point(root)
+        for line in skipped if info.is_main else ():
+            reporter.line(line, level="warning")
         if resume_from is not None and info.is_main:
             reporter.line(f"resuming from {resume_from} at step {checkpoint_step(resume_from)}")
         if info.is_main:  # the steps after the checkpoint are logged again: no row twice
@@ -146,10 +152,69 @@ class Run:
         message = f"stopped by {signal_name} after step {step}/{total}{ranks}; checkpoint: {folder}"
         return RunStopped(message, str(folder), step, announce=self.info.is_main)
 
-    def finish(self, model: nn.Module, tokenizer: PreTrainedTokenizerBase) -> Path:
-        """Write the final model (full weights, gathered from FSDP shards) to OUTPUT_DIR/final."""
+    def already_done(self, state: TrainerState | None, steps: int) -> bool:
+        """Whether the checkpoint resumed from is this run's end for ``steps`` (then there is
+        nothing to train: the caller writes the final model if missing, see :meth:`finish`).
+
+        A longer ``steps`` (``--resume``) continues from the end state; the same ``steps``
+        is done, as is a run its caller ended early (``ended`` in the state: SFT's
+        ``on_step``); a checkpoint past ``steps`` is refused, since the final model would
+        not be the one ``steps`` asks for.
+        """
+        if state is None:
+            return False
+        step, ended = state["step"], int(state["extra"].get("ended", 0))
+        if step > steps:
+            raise ConfigError(
+                f"steps={steps}: the run in {self.out} has already trained {step} steps; "
+                f"give steps={step} or more with --resume, or a new output_dir"
+            )
+        if step < steps and ended < steps:
+            return False
+        if self.info.is_main:
+            self.reporter.line(
+                f"already done: step {step}/{steps} in {self.out}; "
+                "a larger steps= with --resume trains on"
+            )
+        return True
+
+    def end(
+        self, step: int, steps: int, saved: bool, parts: Checkpointed, extra: dict[str, object]
+    ) -> None:
+        """Save the run's end state (unless ``step`` was just saved as it is), so that a
+        rerun says it is done and ``--resume`` with a larger ``steps`` continues."""
+        if not saved or step < steps:  # a run ended early records the steps it ended under
+            self.save(step, parts, {**extra, "ended": steps})
+
+    def finish(
+        self, model: nn.Module, tokenizer: PreTrainedTokenizerBase, *, keep_existing: bool = False
+    ) -> Path:
+        """Write the final model (full weights, gathered from FSDP shards) to OUTPUT_DIR/final.
+
+        Written to a temporary folder and renamed, so ``final`` is whole or absent;
+        ``keep_existing``: a ``final`` already there is kept (a finished run rerun).
+        """
         self.metrics.close()
-        final = save_model(model, tokenizer, self.out / "final", self.info)
+        final = self.out / "final"
+        if keep_existing and (final / "config.json").is_file():
+            self.close()
+            return final
+        tmp = self.out / ".tmp-final"
+        try:
+            if self.info.is_main:
+                shutil.rmtree(tmp, ignore_errors=True)
+            save_model(model, tokenizer, tmp, self.info)
+            if self.info.is_main:
+                shutil.rmtree(final, ignore_errors=True)
+                tmp.rename(final)
+        except OSError as exc:
+            if self.info.is_main:
+                shutil.rmtree(tmp, ignore_errors=True)
+            why = "no space left on device" if exc.errno == errno.ENOSPC else exc.strerror
+            raise CheckpointSaveError(
+                f"could not write the final model to {final}: {why or exc}; the run's end "
+                "checkpoint is kept and the same command writes it once the disk has room"
+            ) from exc
         self.close()
         return final
 

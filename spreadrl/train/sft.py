@@ -132,6 +132,14 @@ def sft_step_line(step: int, steps: int, metrics: dict[str, float]) -> str:
     )
 
 
+def _report_step(run: Run, step: int, steps: int, metrics: dict[str, float], every: int) -> None:
+    """The step's row in metrics.jsonl, and its line every ``every`` steps (main rank)."""
+    if run.info.is_main:
+        run.metrics.log(step, metrics)
+        if step == 1 or step % max(1, every) == 0 or step == steps:
+            run.reporter.line(sft_step_line(step, steps, metrics))
+
+
 def train_sft(
     cfg: SFTConfig,
     *,
@@ -174,6 +182,8 @@ def train_sft(
     optimizer = build_optimizer(model, cfg.optim)
     scheduler = build_scheduler(optimizer, cfg.optim, steps)
     state = resume_trainer_state(run.resume_from, model, optimizer, scheduler, info)
+    if run.already_done(state, steps):  # a finished run rerun: nothing to train
+        return run.finish(model, tokenizer, keep_existing=True)
     start = state["step"] if state else 0
     order = EpochShuffle(data.samples, cfg.seed, permutation=torch_permutation)
     if state:
@@ -194,11 +204,7 @@ def train_sft(
             metrics["epoch"] = order.epoch
             metrics["step_s"] = elapsed
             metrics["tokens_per_s"] = sum(len(s.ids) for s in batch) / max(elapsed, 1e-9)
-            if info.is_main:
-                run.metrics.log(step, metrics)
-            every = max(1, cfg.logging.every_steps)
-            if info.is_main and (step == 1 or step % every == 0 or step == steps):
-                reporter.line(sft_step_line(step, steps, metrics))
+            _report_step(run, step, steps, metrics, cfg.logging.every_steps)
             extra: dict[str, object] = {"order": order.state()}
             saved = run.maybe_save(step, parts, extra)
             if step < steps and (signal_name := signals.requested(info)):
@@ -208,6 +214,7 @@ def train_sft(
                 model.train()  # the hook may have switched to eval mode to sample
                 if stop:
                     break
+        run.end(step, steps, saved, parts, extra)  # a rerun resumes from, or is done at, it
         final = run.finish(model, tokenizer)
     finally:
         signals.restore()
