@@ -23,6 +23,13 @@ class WorkbookError(SpreadrlError):
     """A workbook cannot be read or written: the message names the file."""
 
 
+class EngineCrashed(SpreadrlError):
+    """A recalculation engine process died while working (twice in a row, as retried):
+    an engine failure, never a verdict on the workbook. Not a WorkbookError, so no
+    caller mistakes it for an unreadable output; an episode that meets it ends with an
+    error, and a rerun of the eval runs it again."""
+
+
 class MissingDependencyError(SpreadrlError):
     """An optional dependency is needed: the message names the extra to install."""
 

@@ -20,7 +20,10 @@ are rewritten so IronCalc computes Excel's value
 
 Never a false pass: when LibreOffice fails on a cell too (its own error
 codes such as ``Err:502``), the IronCalc value stays, and an engine failure
-(``#NAME?``/``#N/IMPL!``) stays a mismatch in the checker. Without
+(``#NAME?``/``#N/IMPL!``) stays a mismatch in the checker. Never a false fail
+either: LibreOffice dying under a workbook (killed, out of memory) is retried once
+on a fresh soffice, and a second death raises EngineCrashed instead of letting
+IronCalc's untrusted values score it. Without
 LibreOffice the hybrid says so once (a warning) and is IronCalc alone.
 """
 
@@ -47,7 +50,7 @@ from spreadrl.env.recalc.ironcalc_engine import _dump, save_model
 from spreadrl.env.recalc.libreoffice import LibreOfficeEngine, uno_python
 from spreadrl.env.recalc.locales import DEFAULT_LOCALE, current_locale
 from spreadrl.env.recalc.xlsx_scan import XlsxScan, load_model, scan_xlsx
-from spreadrl.errors import SpreadrlError, WorkbookError
+from spreadrl.errors import EngineCrashed, SpreadrlError, WorkbookError
 
 log = logging.getLogger(__name__)
 
@@ -353,7 +356,9 @@ def _libreoffice_stage(
             lo_model = load_model(out)
             lo_names = [props["name"] for props in lo_model.get_worksheets_properties()]
         except (SpreadrlError, BaseException) as exc:
-            if isinstance(exc, KeyboardInterrupt | SystemExit):
+            # LibreOffice dying (twice: it was retried) is no verdict on the workbook:
+            # IronCalc's untrusted values must not stand in and score it
+            if isinstance(exc, KeyboardInterrupt | SystemExit | EngineCrashed):
                 raise
             log.warning("hybrid recalculation: LibreOffice failed on %s (%s)", path.name, exc)
             return

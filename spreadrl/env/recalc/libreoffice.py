@@ -15,6 +15,7 @@ from __future__ import annotations
 import atexit
 import contextlib
 import json
+import logging
 import os
 import resource
 import selectors
@@ -32,7 +33,9 @@ from spreadrl.env import recalc
 from spreadrl.env.recalc.ironcalc_engine import read_cached
 from spreadrl.env.recalc.lo_service import ServiceClient, service_mode
 from spreadrl.env.recalc.locales import DEFAULT_LOCALE, current_locale
-from spreadrl.errors import ConfigError, MissingDependencyError, WorkbookError
+from spreadrl.errors import ConfigError, EngineCrashed, MissingDependencyError, WorkbookError
+
+log = logging.getLogger(__name__)
 
 INSTALL_HINT = (
     "the 'libreoffice' recalculation engine needs LibreOffice's `soffice` on PATH "
@@ -136,34 +139,51 @@ class LibreOfficeServer:
             raise WorkbookError(f"LibreOffice (UNO) did not start: {ready.get('error')}")
 
     def convert(self, src: Path, dst: Path) -> None:
-        """Recalculate ``src`` with LibreOffice and store it as xlsx at ``dst``."""
+        """Recalculate ``src`` with LibreOffice and store it as xlsx at ``dst``.
+
+        soffice dying in the middle (killed, out of memory) restarts it and the request
+        is tried once more; a second death raises EngineCrashed, an engine failure that
+        no caller may score as the workbook's fault."""
         with self._lock:
-            if self._proc is None or self._proc.poll() is not None or self._pid != os.getpid():
-                if self._pid == os.getpid():
-                    self.close()
-                else:  # inherited through fork: the parent's pipes are not ours to use
-                    self._forget_parents()
-                self._start()
-            assert self._proc is not None and self._proc.stdin is not None
-            request = {"src": str(Path(src).resolve()), "dst": str(Path(dst).resolve())}
-            self.limits.budget_cpu(self._proc.pid)
             try:
-                self._proc.stdin.write((json.dumps(request) + "\n").encode())
-                self._proc.stdin.flush()
-                reply = self._read_line(self.timeout_s)
-            except (TimeoutError, EOFError, BrokenPipeError, ValueError) as exc:
+                self._convert_once(src, dst)
+            except EngineCrashed as exc:
+                log.warning("%s; restarted it, trying once more", exc)
+                self._convert_once(src, dst)
+
+    def _convert_once(self, src: Path, dst: Path) -> None:
+        if self._proc is None or self._proc.poll() is not None or self._pid != os.getpid():
+            if self._pid == os.getpid():
                 self.close()
-                what = "timed out" if isinstance(exc, TimeoutError) else "crashed"
-                raise WorkbookError(
-                    f"{src}: LibreOffice {what} while recalculating it (limit {self.timeout_s:.0f} s)"
-                ) from exc
-            if not reply.get("ok"):
-                # soffice may be dying (over its limits) or unwell: the next request
-                # starts a fresh one (about 1.3 s, paid only after a failure)
-                self.close()
-                raise WorkbookError(
-                    f"{src}: LibreOffice could not recalculate it ({reply.get('error')})"
-                )
+            else:  # inherited through fork: the parent's pipes are not ours to use
+                self._forget_parents()
+            self._start()
+        assert self._proc is not None and self._proc.stdin is not None
+        request = {"src": str(Path(src).resolve()), "dst": str(Path(dst).resolve())}
+        self.limits.budget_cpu(self._proc.pid)
+        try:
+            self._proc.stdin.write((json.dumps(request) + "\n").encode())
+            self._proc.stdin.flush()
+            reply = self._read_line(self.timeout_s)
+        except TimeoutError as exc:
+            self.close()
+            raise WorkbookError(
+                f"{src}: LibreOffice timed out while recalculating it "
+                f"(limit {self.timeout_s:.0f} s)"
+            ) from exc
+        except (EOFError, BrokenPipeError, ValueError) as exc:
+            self.close()
+            raise EngineCrashed(f"{src}: LibreOffice died while recalculating it") from exc
+        if reply.get("crashed"):  # the helper lost its soffice (UNO's connection died)
+            self.close()
+            raise EngineCrashed(f"{src}: LibreOffice died while recalculating it")
+        if not reply.get("ok"):
+            # soffice may be dying (over its limits) or unwell: the next request
+            # starts a fresh one (about 1.3 s, paid only after a failure)
+            self.close()
+            raise WorkbookError(
+                f"{src}: LibreOffice could not recalculate it ({reply.get('error')})"
+            )
 
     def _forget_parents(self) -> None:
         """In a forked child: drop the parent's server without touching it (its profile

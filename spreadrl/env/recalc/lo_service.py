@@ -20,14 +20,23 @@ read one reply line.
   and starts a new service, under a lock file, so concurrent clients start only one.
 * **Idle exit:** the service exits after ``idle_s`` without a request (default 300 s).
 
+* **One spreadrl per service:** the socket's name carries the protocol and an install tag
+  (a hash of the package's version and folder), so two checkouts, or two versions, of
+  spreadrl never share a service. The handshake checks the tag too: a service found on
+  the socket that answers with another tag (``SPREADRL_LO_SOCKET`` pointed two installs
+  at one path) is never used, and every request carries the tag, which the service
+  refuses when it is not its own.
+
 ``SPREADRL_LIBREOFFICE=process`` gives the old behaviour (one soffice per process);
-``SPREADRL_LO_SOCKET`` moves the socket (default: ``$TMPDIR/spreadrl-lo-<uid>-v1.sock``).
+``SPREADRL_LO_SOCKET`` moves the socket (default:
+``$TMPDIR/spreadrl-lo-<uid>-v<protocol>-<install tag>.sock``).
 """
 
 from __future__ import annotations
 
 import contextlib
 import fcntl
+import hashlib
 import json
 import os
 import resource
@@ -41,7 +50,8 @@ import time
 from pathlib import Path
 from typing import Protocol
 
-from spreadrl.errors import WorkbookError
+from spreadrl import __version__
+from spreadrl.errors import EngineCrashed, WorkbookError
 
 PROTOCOL = 1  # in the socket's name: a changed protocol gets its own service
 DEFAULT_MAX_PENDING = 32
@@ -54,12 +64,23 @@ def service_mode() -> str:
     return "process" if mode == "process" else "machine"
 
 
+def install_tag() -> str:
+    """This spreadrl's identity: a short hash of its version and the folder it runs from.
+
+    The service runs this very package's code (:func:`_our_pythonpath`); another
+    checkout or version may convert differently, so it gets a service of its own."""
+    package = Path(__file__).resolve().parents[2]
+    return hashlib.sha256(f"{__version__}\0{package}".encode()).hexdigest()[:12]
+
+
 def socket_path() -> Path:
-    """Where the service listens: ``$SPREADRL_LO_SOCKET`` or a per-user path in $TMPDIR."""
+    """Where the service listens: ``$SPREADRL_LO_SOCKET`` or a per-user, per-install path
+    in $TMPDIR."""
     override = os.environ.get("SPREADRL_LO_SOCKET")
     if override:
         return Path(override)
-    return Path(tempfile.gettempdir()) / f"spreadrl-lo-{os.getuid()}-v{PROTOCOL}.sock"
+    name = f"spreadrl-lo-{os.getuid()}-v{PROTOCOL}-{install_tag()}.sock"
+    return Path(tempfile.gettempdir()) / name
 
 
 class ServiceClient:
@@ -72,11 +93,20 @@ class ServiceClient:
         self.python = python
         self.timeout_s = timeout_s
         self.path = path or socket_path()
+        self.tag = install_tag()
+        self._verified = False  # the handshake found this install's service on the path
 
     def convert(self, src: Path, dst: Path) -> None:
         """Recalculate ``src`` into ``dst`` (xlsx); WorkbookError naming ``src`` on failure."""
-        request = json.dumps({"src": str(Path(src).resolve()), "dst": str(Path(dst).resolve())})
+        request = json.dumps(
+            {"src": str(Path(src).resolve()), "dst": str(Path(dst).resolve()), "tag": self.tag}
+        )
         deadline = time.monotonic() + self.timeout_s + 120.0  # a start, and a queue, allowed
+        if not self._verified:  # an older service ignores the request's tag: ask first
+            found = _ping(self.path)
+            if found is not None and found.get("tag") != self.tag:
+                raise WorkbookError(_foreign(self.path, found))
+            self._verified = found is not None  # else the start below checks it
         pause = 0.05
         restarted = False
         while True:
@@ -87,15 +117,19 @@ class ServiceClient:
                 continue
             except (EOFError, ConnectionResetError, BrokenPipeError) as exc:
                 if restarted:  # the service died twice on this file: give up on it
-                    raise WorkbookError(f"{src}: the LibreOffice service died on it") from exc
+                    raise EngineCrashed(f"{src}: the LibreOffice service died on it") from exc
                 restarted = True
                 continue
+            if reply.get("foreign"):
+                raise WorkbookError(_foreign(self.path, reply))
             if reply.get("busy"):
                 if time.monotonic() + pause > deadline:
                     raise WorkbookError(f"{src}: the LibreOffice service stayed busy")
                 time.sleep(pause)
                 pause = min(pause * 2, 1.0)
                 continue
+            if reply.get("crashed"):  # soffice died under it twice (the server retried once)
+                raise EngineCrashed(f"{src}: {reply.get('error')}")
             if not reply.get("ok"):
                 raise WorkbookError(
                     f"{src}: LibreOffice could not recalculate it ({reply.get('error')})"
@@ -123,7 +157,11 @@ class ServiceClient:
         self.path.parent.mkdir(parents=True, exist_ok=True)
         with open(f"{self.path}.lock", "w") as lock:
             fcntl.flock(lock, fcntl.LOCK_EX)
-            if _answers(self.path):
+            found = _ping(self.path)
+            if found is not None:
+                if found.get("tag") != self.tag:  # alive, but another spreadrl's: never ours
+                    raise WorkbookError(_foreign(self.path, found))
+                self._verified = True
                 return
             with contextlib.suppress(FileNotFoundError):
                 self.path.unlink()  # a stale socket of a dead service
@@ -148,10 +186,11 @@ class ServiceClient:
                 env={**os.environ, "PYTHONPATH": _our_pythonpath()},
                 preexec_fn=_lift_cpu_budget,  # noqa: PLW1509 -- only setrlimit
             )
-            while not _answers(self.path):
+            while _ping(self.path) is None:
                 if time.monotonic() > deadline:
                     raise WorkbookError("the LibreOffice service did not start")
                 time.sleep(0.05)
+            self._verified = True
 
 
 def _lift_cpu_budget() -> None:
@@ -168,20 +207,35 @@ def _our_pythonpath() -> str:
     return root + (os.pathsep + rest if rest else "")
 
 
-def service_pid(path: Path | None = None) -> int | None:
-    """The pid of the service listening on ``path`` (default :func:`socket_path`), or None."""
+def _foreign(path: Path, reply: dict) -> str:
+    theirs = reply.get("version") or "an older version"
+    return (
+        f"the LibreOffice service on {path} belongs to another spreadrl ({theirs}, install "
+        f"{reply.get('tag') or 'untagged'}; this one is {__version__}, install {install_tag()}):"
+        " not used; unset SPREADRL_LO_SOCKET or give each install its own"
+    )
+
+
+def _ping(path: Path) -> dict | None:
+    """The handshake: the service's pid, install tag and version, or None if none answers."""
     with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as conn:
         conn.settimeout(10.0)
         try:
-            conn.connect(str(path or socket_path()))
+            conn.connect(str(path))
             conn.sendall(b'{"ping": true}\n')
-            return int(json.loads(conn.recv(256)).get("pid", 0)) or None
+            reply = json.loads(conn.makefile().readline())
         except (OSError, ValueError):
             return None
+    return reply if isinstance(reply, dict) and reply.get("pid") else None
 
 
-def _answers(path: Path) -> bool:
-    return service_pid(path) is not None
+def service_pid(path: Path | None = None) -> int | None:
+    """The pid of this spreadrl's service on ``path`` (default :func:`socket_path`), or
+    None (no service, or another install's)."""
+    reply = _ping(path or socket_path())
+    if reply is None or reply.get("tag") != install_tag():
+        return None
+    return int(reply["pid"])
 
 
 class Converter(Protocol):
@@ -229,8 +283,14 @@ class _Handler(socketserver.StreamRequestHandler):
             request = json.loads(line)
         except ValueError:
             return
+        tag = install_tag()
         if request.get("ping"):
-            self.wfile.write((json.dumps({"ok": True, "pid": os.getpid()}) + "\n").encode())
+            hello = {"ok": True, "pid": os.getpid(), "tag": tag, "version": __version__}
+            self.wfile.write((json.dumps(hello) + "\n").encode())
+            return
+        if request.get("tag", tag) != tag:  # a client of another spreadrl: not served
+            refusal = {"ok": False, "foreign": True, "tag": tag, "version": __version__}
+            self.wfile.write((json.dumps(refusal) + "\n").encode())
             return
         if not service.admit():
             self.wfile.write(b'{"busy": true}\n')
@@ -238,6 +298,8 @@ class _Handler(socketserver.StreamRequestHandler):
         try:
             service.lo.convert(Path(request["src"]), Path(request["dst"]))
             reply = {"ok": True}
+        except EngineCrashed as exc:  # not the file's fault: the client must not score it
+            reply = {"ok": False, "crashed": True, "error": str(exc)[:300]}
         except Exception as exc:  # a bad file must not stop the service
             reply = {"ok": False, "error": str(exc)[:300]}
         finally:

@@ -9,7 +9,8 @@ the locale TEXT and number formats are rendered in, spreadrl.env.recalc.locales)
 listening on a private pipe, prints ``{"ready": true}`` and then answers
 one JSON line per request line on stdin:
 ``{"src": "/abs/in.xlsx", "dst": "/abs/out.xlsx"}`` ->
-``{"ok": true}`` or ``{"ok": false, "error": "..."}``. The workbook is
+``{"ok": true}`` or ``{"ok": false, "error": "..."}`` (with ``"crashed": true`` when
+soffice died under the request: the helper then exits). The workbook is
 loaded hidden with macros and link updates disabled (agent-written files are
 hostile input), fully recalculated (``calculateAll``) and stored as xlsx.
 On EOF it terminates soffice and exits.
@@ -115,6 +116,13 @@ def _recalculate(desktop, src, dst):
         doc.close(True)
 
 
+def _lost(proc, exc):
+    """Whether ``exc`` came from losing soffice (killed, out of memory), not from the file:
+    its process ended, or UNO's bridge to it is gone (DisposedException)."""
+    time.sleep(0.2)  # the launcher notices its soffice.bin's death a moment later
+    return proc.poll() is not None or "Disposed" in type(exc).__name__
+
+
 def main():
     soffice, profile = sys.argv[1], sys.argv[2]
     locale = sys.argv[3] if len(sys.argv) > 3 else "en-US"
@@ -137,8 +145,12 @@ def main():
                 reply = {"ok": True}
             except Exception as exc:
                 reply = {"ok": False, "error": f"{type(exc).__name__}: {exc}"[:300]}
+                if _lost(proc, exc):  # soffice died under the call: say so, then end
+                    reply["crashed"] = True
             out.write(json.dumps(reply) + "\n")
             out.flush()
+            if reply.get("crashed"):
+                break
     finally:
         with contextlib.suppress(Exception):
             desktop.terminate()
