@@ -55,6 +55,7 @@ from spreadrl.train.step_checks import StepChecks
 from spreadrl.train.step_metrics import report_step
 from spreadrl.train.step_source import StepSource
 from spreadrl.train.trained_model import build_policy
+from spreadrl.train.trajectory_log import save_crashes
 
 
 def train_grpo(
@@ -291,7 +292,10 @@ def train_steps(
             t_step = time.perf_counter()
             rollouts, sampler_state = source.next(step)
             trajs = rollouts.trajectories
-            checks.check(step, trajs, rollouts.keep)  # stops before training on the step
+            crashes = save_crashes(
+                run.out, step, trajs, run.info.rank if run.info.enabled else None
+            )
+            checks.check(step, trajs, rollouts.keep, crashes)  # stops before training on it
             samples = to_samples(trajs, rollouts.advantages, rollouts.keep, cfg.rollout.group_size)
             metrics = dict(rollouts.metrics)  # phase times, refill rounds
             t_train = time.perf_counter()
@@ -308,7 +312,7 @@ def train_steps(
             generated = sum(len(t.response_ids) for t in trajs)
             metrics["tokens_per_s"] = generated / max(metrics["step_s"], 1e-9)
             metrics.update(source.held_out(step))
-            report_step(run, step, cfg.steps, rollouts, metrics, cfg.logging)
+            report_step(run, step, cfg.steps, rollouts, metrics, cfg.logging, crashes)
             extra: dict[str, object] = {"sampler": sampler_state}
             saved = run.maybe_save(step, parts, extra)
             if step < cfg.steps and (signal_name := signals.requested(run.info)):

@@ -33,12 +33,14 @@ class StepChecks:
     sampling: DynamicSamplingConfig
     untrained: int = 0
 
-    def check(self, step: int, trajs: list[Trajectory], keep: torch.Tensor) -> None:
+    def check(
+        self, step: int, trajs: list[Trajectory], keep: torch.Tensor, crashes: str = ""
+    ) -> None:
         """Both rules on the step's rollouts, before its update (every rank alike).
 
         The counts (crashed episodes, episodes, kept groups) are summed over ranks in one
         collective. The first crash's whole traceback goes to the log before the one-line
-        stop."""
+        stop; ``crashes`` names the file of this rank's tracebacks."""
         crashed = [t for t in trajs if t.crashed]
         count, episodes, kept = (
             int(n) for n in all_reduce_sums([len(crashed), len(trajs), float(keep.sum())])
@@ -51,6 +53,7 @@ class StepChecks:
                 log.error("episode %s crashed:\n%s", first.key, first.traceback or first.error)
                 error = (first.error or "").splitlines()
                 where = f"; first: {first.key}: {error[0] if error else 'unknown error'}"
+                where += f"; tracebacks in {crashes}" if crashes else ""
             raise RunHalted(
                 f"step {step}: {count} of {episodes} episodes crashed, above "
                 f"sampling.max_crashed_fraction={limit:g}{where}"

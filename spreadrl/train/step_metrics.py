@@ -100,12 +100,14 @@ LINE_WIDTH = 80
 """The step line fits a terminal of this width: the fields that do not fit are left out."""
 
 
-def step_line(step: int, total: int, m: dict[str, float]) -> str:
-    """The step's console line, at most :data:`LINE_WIDTH` columns.
+def step_line(step: int, total: int, m: dict[str, float], crashes: str = "") -> str:
+    """The step's console line, at most :data:`LINE_WIDTH` columns but for a crash.
 
     Fields in order of importance; from the first that would run past the width on,
-    they are left out (every figure is in metrics.jsonl). A step that kept no group says ``untrained``
-    and one with crashed episodes says how many, right after the groups."""
+    they are left out (every figure is in metrics.jsonl). A step that kept no group says
+    ``untrained``. One with crashed episodes says how many, right after the groups, and
+    names the file of their tracebacks (``crashes``, relative to the run folder): that
+    field is never left out, however long the line."""
     kept, groups = int(m["groups_kept"]), int(m["groups"])
     fields = [
         f"step {step:>{len(str(total))}}/{total}",
@@ -113,8 +115,10 @@ def step_line(step: int, total: int, m: dict[str, float]) -> str:
         f"pass {100 * m['pass_rate']:5.1f}%",
         f"groups {kept}/{groups}" + (" untrained" if not kept else ""),
     ]
+    must = len(fields)
     if m.get("episode_errors"):
-        fields.append(f"crashed {int(m['episode_errors'])}")
+        fields.append(f"crashed {int(m['episode_errors'])}" + (f" ({crashes})" if crashes else ""))
+        must += 1
     fields += [
         f"len {m['response_tokens']:.0f}",
         f"gnorm {m.get('grad_norm', 0):.3f}",
@@ -124,8 +128,8 @@ def step_line(step: int, total: int, m: dict[str, float]) -> str:
         fields.append(f"kl {m['kl']:.4f}")
     if "entropy" in m:
         fields.append(f"ent {m['entropy']:.3f}")
-    line = fields[0]
-    for field in fields[1:]:
+    line = "  ".join(fields[:must])
+    for field in fields[must:]:
         if len(line) + 2 + len(field) > LINE_WIDTH:
             break  # the rest too: the fields keep their places from step to step
         line += "  " + field
@@ -139,17 +143,19 @@ def report_step(
     rollouts: StepRollouts,
     metrics: dict[str, float],
     logging: LoggingConfig,
+    crashes: str = "",
 ) -> None:
     """The step's figures (:func:`step_metrics` of its ``rollouts``, then ``metrics``: the
     phases' own) reduced over ranks; on rank 0 logged, a spread of its trajectories kept
-    and its line printed (every ``logging.every_steps`` steps and the last)."""
+    and its line printed (every ``logging.every_steps`` steps and the last), naming
+    ``crashes``, the file of its crashed episodes' tracebacks."""
     trajs, terms = rollouts.trajectories, rollouts.reward_terms
     metrics = {**step_metrics(trajs, terms, rollouts.keep), **metrics}
     if run.info.enabled:  # a collective: every rank reduces
         metrics = reduce_over_ranks(metrics, len(trajs))
     if not run.info.is_main:
         return
-    line = step_line(step, total, metrics)
+    line = step_line(step, total, metrics, crashes)
     run.metrics.log(step, metrics)
     save_step_trajectories(run.out, step, trajs, terms, logging.trajectories_per_step)
     if step % max(1, logging.every_steps) == 0 or step == total:

@@ -19,6 +19,29 @@ from pathlib import Path
 from spreadrl.rollout.types import Trajectory
 
 TRAJECTORIES = "trajectories.jsonl"
+CRASHES = "crashes"
+"""The run folder's subfolder of crashed episodes' tracebacks, one file per step (and rank)."""
+
+
+def save_crashes(out: Path, step: int, trajectories: Sequence[Trajectory], rank: int | None) -> str:
+    """Write the whole traceback of each crashed episode of the step to
+    ``out/crashes/step-NNNNNN.log`` (``-rankR`` under torchrun); return that path relative
+    to ``out``, the name the step line gives, or "" when none crashed.
+
+    A crash is a bug in spreadrl's tools or workers, not the model's doing: the counts
+    in metrics.jsonl say that it happened, this file says what happened. A step run
+    again after a resume writes its file anew."""
+    crashed = [t for t in trajectories if t.crashed]
+    if not crashed:
+        return ""
+    name = f"{CRASHES}/step-{step:06d}" + (f"-rank{rank}" if rank is not None else "") + ".log"
+    (out / CRASHES).mkdir(parents=True, exist_ok=True)
+    text = "".join(
+        f"=== episode {t.key} (task {t.task_id}): {t.error}\n{t.traceback or t.error}\n"
+        for t in crashed
+    )
+    (out / name).write_text(text)
+    return name
 
 
 def pick_spread(rewards: Sequence[float], count: int) -> list[int]:

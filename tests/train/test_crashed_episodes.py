@@ -154,7 +154,11 @@ def test_grpo_drops_the_crashed_group_counts_it_and_stops_above_the_limit(
     assert (m["episode_errors"], m["groups_kept"], m["trained_sequences"]) == (1, 1, 4)
     assert {s.group for s in spy.steps[0]["samples"]} == {1}
     line = next(row for row in text.getvalue().splitlines() if row.startswith("step"))
-    assert "crashed 1" in line and len(line) <= LINE_WIDTH
+    assert "crashed 1 (crashes/step-000001.log)" in line  # kept past LINE_WIDTH if need be
+    # the file the line names holds the crashed episode's whole traceback, worker side too
+    crash_log = (out / "crashes" / "step-000001.log").read_text()
+    assert "the workbook worker died" in crash_log and "_start_workbook" in crash_log
+    assert crash_log.count("=== episode ") == 1
 
     strict = tmp_path / "strict"  # the default limit: 1 of 8 is too many
     with caplog.at_level(logging.ERROR), pytest.raises(RunHalted) as halted:
@@ -164,6 +168,8 @@ def test_grpo_drops_the_crashed_group_counts_it_and_stops_above_the_limit(
     message = str(halted.value)
     assert "\n" not in message and "step 1: 1 of 8 episodes crashed" in message
     assert "sampling.max_crashed_fraction=0.05" in message and "the workbook worker died" in message
+    assert "tracebacks in crashes/step-000001.log" in message
+    assert "_start_workbook" in (strict / "crashes" / "step-000001.log").read_text()
     assert "_start_workbook" in caplog.text  # the whole traceback goes to the log
     assert len(spy.steps) == 1  # the halted step never reached the update
 
