@@ -8,6 +8,7 @@ logs back to the checkpoint's step, so no step is logged twice (issue 32).
 from __future__ import annotations
 
 import json
+import shutil
 from pathlib import Path
 
 import pytest
@@ -137,6 +138,7 @@ def test_grpo_resumes_cut_back_refuses_other_recipes_and_resume_changes_steps(
 
     # a stop after step 2 was logged, before it was saved: the run resumes from step 1,
     # and step 2 is logged once, not twice
+    shutil.rmtree(out / "checkpoints" / "step-000002")  # the save that never happened
     (out / "checkpoints" / "latest").write_text("step-000001")
     code, printed, err = cli(monkeypatch, capsys, *_grpo_args(tiny_model_dir, out, 3), "--resume")
     assert code == 0, err
@@ -154,8 +156,6 @@ def test_grpo_resumes_cut_back_refuses_other_recipes_and_resume_changes_steps(
 def test_sft_without_a_checkpoint_starts_its_log_over_and_refuses_another_recipe(
     tiny_model_dir, tmp_path, monkeypatch, capsys
 ):
-    import shutil
-
     from tests.train.test_sft_e2e import _rows, _write
 
     data = _write(tmp_path / "sft.jsonl", _rows(2))
@@ -174,7 +174,7 @@ def test_sft_without_a_checkpoint_starts_its_log_over_and_refuses_another_recipe
     assert _steps(out / "metrics.jsonl") == [1]
     # the same run with no checkpoint to resume from starts over: its old log is replaced,
     # not appended to
-    shutil.rmtree(out / "checkpoints", ignore_errors=True)  # (none at checkpoint.every_steps=0)
+    shutil.rmtree(out / "checkpoints")  # (at checkpoint.every_steps=0, the run's end state)
     code, _, err = cli(monkeypatch, capsys, *args)
     assert code == 0, err
     assert _steps(out / "metrics.jsonl") == [1]
