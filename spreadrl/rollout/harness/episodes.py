@@ -46,6 +46,7 @@ from spreadrl.rollout.harness.program import (
     HarnessProgram,
     launcher_code,
 )
+from spreadrl.rollout.harness.trace import to_training_trace
 from spreadrl.rollout.policy import Policy, is_token_level
 from spreadrl.rollout.runner import RolloutBatch
 from spreadrl.rollout.types import EndReason, RunValues, Trajectory
@@ -64,6 +65,8 @@ class HarnessEpisodes:
     env: EnvConfig
     workdir_root: str | None = None
     model_name: str = "spreadrl-policy"
+    # keep each episode's calls as OpenEnv TrainingTrace JSON in metadata["training_trace"]
+    keep_traces: bool = False
 
     @classmethod
     def of(cls, spec: str, env: EnvConfig) -> HarnessEpisodes:
@@ -154,6 +157,10 @@ class HarnessEpisodes:
             relay = None
             endpoint.close_session(session.key)
             _fill_tokens(traj, session)
+            if self.keep_traces:
+                traj.metadata["training_trace"] = to_training_trace(
+                    session.capture.calls, episode_id=job.episode_id, model=endpoint.model_name
+                )
             failure = _failure(result, session, cfg)
             if failure is not None:
                 _crashed(traj, failure, result.stderr)
