@@ -194,13 +194,40 @@ def _set_dotted(data: dict[str, YAMLValue], dotted: str, value: YAMLValue) -> No
     node[keys[-1]] = value
 
 
+class DuplicateKeyError(yaml.YAMLError):
+    """A mapping that names one key twice (YAML would silently keep the last value)."""
+
+    def __init__(self, key: str, first: int, second: int) -> None:
+        super().__init__(f"key {key!r} appears twice (lines {first} and {second}); keep one")
+
+
+class _UniqueKeyLoader(yaml.SafeLoader):
+    """PyYAML's safe loader, refusing a mapping that repeats a key."""
+
+    def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict[Any, Any]:
+        seen: dict[str, int] = {}
+        for key_node, _ in node.value:
+            if not isinstance(key_node, yaml.ScalarNode) or key_node.value == "<<":
+                continue
+            line = key_node.start_mark.line + 1
+            if key_node.value in seen:
+                raise DuplicateKeyError(key_node.value, seen[key_node.value], line)
+            seen[key_node.value] = line
+        return super().construct_mapping(node, deep=deep)
+
+
+def load_yaml(text: str) -> YAMLValue:
+    """``yaml.safe_load``, but a repeated key is a :class:`DuplicateKeyError`, not the last value."""
+    return yaml.load(text, Loader=_UniqueKeyLoader)  # noqa: S506 - a SafeLoader subclass
+
+
 def parse_override(text: str) -> tuple[str, YAMLValue]:
     """``optim.lr=2e-6`` -> ("optim.lr", 2e-06); the value is read as YAML."""
     if "=" not in text:
         raise ConfigError(f"override {text!r} must look like key.path=value")
     key, raw = text.split("=", 1)
     try:
-        value = yaml.safe_load(raw) if raw.strip() else ""
+        value = load_yaml(raw) if raw.strip() else ""
     except yaml.YAMLError as exc:
         raise ConfigError(f"override {text!r}: value is not valid YAML ({exc})") from exc
     return key.strip(), value
@@ -220,7 +247,9 @@ def read_recipe(path: str | Path) -> dict[str, YAMLValue]:
     except UnicodeDecodeError as exc:
         raise ConfigError(f"{path}: not a YAML recipe (a binary file)") from exc
     try:
-        loaded = yaml.safe_load(text)
+        loaded = load_yaml(text)
+    except DuplicateKeyError as exc:
+        raise ConfigError(f"{path}: {exc}") from exc
     except yaml.YAMLError as exc:
         raise ConfigError(f"{path}: not valid YAML ({exc})") from exc
     if loaded is None:  # empty, or comments only: a recipe that says nothing is a mistake
@@ -231,18 +260,55 @@ def read_recipe(path: str | Path) -> dict[str, YAMLValue]:
 
 
 def load_config(cls: type[T], path: str | Path | None = None, overrides: Sequence[str] = ()) -> T:
-    """Load ``cls`` from a YAML file (optional) plus dotted overrides."""
+    """Load ``cls`` from a YAML file (optional) plus dotted overrides.
+
+    An error is blamed on what caused it: the recipe file when the recipe alone
+    fails, else the command line's overrides (the ones the message names).
+    """
+    import copy
+
     data: dict[str, YAMLValue] = {}
     if path is not None:
         data = read_recipe(path)
+    merged = copy.deepcopy(data)
     for text in overrides:
         key, value = parse_override(text)
-        _set_dotted(data, key, value)
+        _set_dotted(merged, key, value)
     try:
-        return from_dict(cls, data)
+        return from_dict(cls, merged)
     except ConfigError as exc:
-        where = f"{path}: " if path else ""
-        raise ConfigError(f"{where}{exc}") from exc
+        raise ConfigError(f"{_blame(cls, data, path, overrides, str(exc))}{exc}") from exc
+
+
+def _blame(
+    cls: type,
+    data: dict[str, YAMLValue],
+    path: str | Path | None,
+    overrides: Sequence[str],
+    error: str,
+) -> str:
+    """The prefix naming what caused ``error``: ``recipe.yaml: `` or ``command line k=v: ``."""
+    recipe = f"{path}: " if path else ""
+    if not overrides:
+        return recipe
+    try:
+        from_dict(cls, data)
+    except ConfigError:
+        return recipe  # the recipe alone fails: the file is at fault
+    named = [t for t in overrides if t.split("=", 1)[0].strip() in error]
+    return f"command line {' '.join(named or overrides)}: "
+
+
+def unknown_keys(cls: type, data: dict[str, YAMLValue], prefix: str = "") -> list[str]:
+    """The dotted keys of ``data`` that ``cls`` has no field for (nested sections walked)."""
+    hints = get_type_hints(cls)
+    unknown = []
+    for key, value in data.items():
+        if key not in hints:
+            unknown.append(f"{prefix}{key}")
+        elif dataclasses.is_dataclass(hints[key]) and isinstance(value, dict):
+            unknown += unknown_keys(hints[key], value, f"{prefix}{key}.")
+    return unknown
 
 
 def config_to_dict(obj: object) -> YAMLValue:
@@ -304,6 +370,8 @@ def config_table(cls: type) -> str:
 
 __all__ = [
     "load_config",
+    "load_yaml",
+    "unknown_keys",
     "dump_config",
     "config_to_dict",
     "describe_config",

@@ -31,7 +31,7 @@ import hashlib
 import json
 import os
 import sys
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
@@ -184,6 +184,7 @@ def claim_run_folder(
     """
     if folder.exists() and not folder.is_dir():
         raise SpreadrlError(f"{folder} is a file, not a folder; choose a folder ({elsewhere})")
+    check_creatable(folder, flag=elsewhere.split("=")[0].split()[0])
     record = read_record(folder) if folder.is_dir() else None
     # what counts as a result is the recorded run's own (an eval's folder may hold a grpo run)
     files = (record or {}).get("files") or identity.files
@@ -314,30 +315,136 @@ def cut_back_jsonl(path: Path, step: int) -> int:
     return dropped
 
 
+def check_creatable(path: Path, flag: str = "--out") -> None:
+    """Refuse, in one line, a folder ``path`` that cannot be made (under a file, in /proc, a
+    read-only or forbidden place); an existing folder passes.
+
+    The first missing folder on the way is made and removed again: only the
+    system knows whether it can be made, and the command has written nothing yet.
+    """
+    probe, missing = path.absolute(), None
+    while not probe.exists() and not probe.is_symlink() and probe != probe.parent:
+        probe, missing = probe.parent, probe
+    if not probe.is_dir():
+        raise SpreadrlError(f"{flag} {path} cannot be created: {probe} is a file, not a folder")
+    if missing is None:
+        return
+    try:
+        missing.mkdir()
+        missing.rmdir()
+    except OSError as exc:
+        reason = exc.strerror or type(exc).__name__
+        raise SpreadrlError(f"{flag} {path} cannot be created: {reason} ({missing})") from exc
+
+
+FolderCheck = Callable[[Path], "str | None"]
+"""Given a non-empty output folder: what in it its command did not write (None when nothing)."""
+
+
+def run_holding(path: Path) -> Path | None:
+    """The run folder (one holding ``run.json``) that ``path`` is or lies in; None when none."""
+    path = path.absolute()
+    for folder in (path, *path.parents):
+        if (folder / RUN_FILE).is_file():
+            return folder
+    return None
+
+
+def refuse_inside_run(path: Path, flag: str = "--out") -> None:
+    """Refuse to replace ``path`` when it is, or lies in, a run folder: a run is never replaced.
+
+    The refusal names the run and asks for another path; it never suggests
+    ``--overwrite``, which cannot apply to a run.
+    """
+    run = run_holding(path)
+    if run is None:
+        return
+    try:
+        record = read_record(run)
+        held = describe_record(record) if record else "a run"
+    except SpreadrlError:
+        held = "a run"
+    where = "holds" if run == path.absolute() else f"lies in {run}, which holds"
+    raise SpreadrlError(
+        f"{flag} {path} {where} {held}, recorded in its {RUN_FILE}; a run is never replaced, with or without "
+        f"--overwrite: choose another {flag}; nothing was changed"
+    )
+
+
+def foreign_to_model(out: Path) -> str | None:
+    """What in ``out`` no command writing a model folder wrote (``model init``, ``merge``).
+
+    Such a folder is flat: ``config.json`` beside the weights and tokenizer files.
+    """
+    if not (out / "config.json").is_file():
+        return f"files that are no model (no config.json: {_listing(out)})"
+    folders = sorted(p.name + "/" for p in out.iterdir() if p.is_dir())
+    if folders:
+        return f"folders no model folder holds ({', '.join(folders[:4])})"
+    return None
+
+
 def check_output_folder(
     out: Path,
     *,
     overwrite: bool,
     flag: str = "--out",
     remedy: str = "choose a new folder or pass --overwrite to replace it",
+    written_by: FolderCheck | None = None,
 ) -> None:
-    """Refuse an output folder that is a file, or holds anything, unless ``overwrite``."""
+    """Refuse an output folder that is a file, or holds anything, unless ``overwrite``.
+
+    ``--overwrite`` replaces only what the same command wrote: a non-empty
+    folder that holds a run (``run.json``, here or in a folder above) is always
+    refused, and so is one holding anything ``written_by`` says the command did
+    not write. Commands that only add files to a folder (``overwrite=True`` as a
+    work folder) pass no ``written_by``.
+    """
     if out.exists() and not out.is_dir():
         raise SpreadrlError(f"{flag} {out} is a file, not a folder")
-    if out.is_dir() and any(out.iterdir()) and not overwrite:
+    check_creatable(out, flag)
+    if not out.is_dir() or not any(out.iterdir()):
+        return
+    refuse_inside_run(out, flag)
+    foreign = written_by(out) if written_by is not None else None
+    if foreign is not None:
+        raise SpreadrlError(
+            f"{flag} {out} holds {foreign}, which this command did not write; --overwrite "
+            f"replaces only this command's own output: choose a new or empty folder; "
+            "nothing was changed"
+        )
+    if not overwrite:
         raise SpreadrlError(f"{flag} {out} is not empty ({_listing(out)}); {remedy}")
 
 
-def check_output_file(path: Path, *, overwrite: bool, flag: str = "--out") -> None:
-    """Refuse an output file that is a folder, or exists, unless ``overwrite``."""
+def check_output_file(
+    path: Path,
+    *,
+    overwrite: bool,
+    flag: str = "--out",
+    written_by: Callable[[Path], bool] | None = None,
+) -> None:
+    """Refuse an output file that is a folder, or exists, unless ``overwrite``.
+
+    An existing file in a run folder is never replaced, nor one that
+    ``written_by`` says the command did not write.
+    """
     if path.is_dir():
         raise SpreadrlError(f"{flag} {path} is a folder; give a file path (e.g. {path}/rows.jsonl)")
+    if path.exists():
+        refuse_inside_run(path, flag)
+        if written_by is not None and not written_by(path):
+            raise SpreadrlError(
+                f"{flag} {path} exists and is not a file this command wrote; --overwrite "
+                "replaces only this command's own output: choose a new file; nothing was changed"
+            )
     if path.exists() and not overwrite:
         raise SpreadrlError(
             f"{flag} {path} exists; choose a new file or pass --overwrite to replace it"
         )
     if path.parent.exists() and not path.parent.is_dir():
         raise SpreadrlError(f"{flag} {path}: {path.parent} is a file, not a folder")
+    check_creatable(path.parent, flag)
 
 
 def remove_owned(folder: Path, names: Sequence[str]) -> list[str]:

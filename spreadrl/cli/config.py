@@ -21,7 +21,9 @@ def show(
         ..., help="YAML recipe file, or a shipped recipe's name (spreadrl config list)."
     ),
     overrides: list[str] = typer.Argument(None, help="Dotted overrides, e.g. optim.lr=2e-6."),
-    kind: str = typer.Option("grpo", "--kind", help="Which recipe's config: grpo or sft."),
+    kind: str = typer.Option(
+        None, "--kind", help="Which recipe's config: grpo or sft (default: the recipe's own)."
+    ),
 ) -> None:
     """Print the resolved config: the recipe's values, the overrides, and every default.
 
@@ -33,8 +35,11 @@ def show(
 
       spreadrl config show configs/spreadsheet-rl-4b.yaml rollout.max_turns=8
     """
-    from spreadrl.train.config import RECIPES  # the trainer's modules: only when run
+    from spreadrl.config import read_recipe
+    from spreadrl.train.config import RECIPES, recipe_kinds  # the trainer's modules: when run
 
+    if kind is None:  # a recipe knows its kind by its keys; grpo's when any would do
+        kind = (recipe_kinds(read_recipe(recipe)) or ["grpo"])[0]
     if kind not in RECIPES:
         raise ConfigError(f"--kind {kind!r}: choose one of {', '.join(RECIPES)}")
     cfg = load_config(RECIPES[kind], recipe, overrides or [])

@@ -284,20 +284,30 @@ def split(
         overwrite=overwrite,
     )
     counts = ", ".join(f"{name} {len(ids)}" for name, ids in report.splits.items())
-    cli_console().print(
+    console = cli_console()
+    console.print(
         f"split {tasks_dir} into {counts} (seed {seed}; "
         f"{len(report.clusters)} near-duplicate clusters kept whole) under {out}",
         markup=False,
     )
+    empty = [name for name, ids in report.splits.items() if not ids]
+    if empty:  # an empty split evaluates or trains on nothing: say so now, not at its use
+        console.print(
+            f"[yellow]warning:[/] {plain(', '.join(empty))} got no tasks "
+            f"({sum(map(len, report.splits.values()))} tasks in all); "
+            "use more tasks or other --ratios",
+            soft_wrap=True,
+        )
 
 
 def _check_download_paths(
     out: Path, cache: Path | None, files: list[Path], overwrite: bool
 ) -> None:
     """A file where a folder goes, or a local copy that is no file, is one line before any fetch."""
+    from spreadrl.data.download import foreign_to_download
     from spreadrl.run_folder import check_output_folder
 
-    check_output_folder(out, overwrite=overwrite)
+    check_output_folder(out, overwrite=overwrite, written_by=foreign_to_download)
     if cache is not None:
         check_output_folder(cache, overwrite=True, flag="--cache")
     for file in files:

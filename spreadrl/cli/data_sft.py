@@ -63,6 +63,7 @@ def sft_build(
       spreadrl data sft-build --tasks data/train --backend openai --model Qwen/Qwen3-4B \\
           --base-url http://127.0.0.1:8000/v1 --samples 4 --out runs/rs.jsonl
     """
+    check_output_file(out, overwrite=overwrite, written_by=_is_sft_data)  # before any import
     from spreadrl.cli.console import cli_console
     from spreadrl.env.factory import make_env_pool
     from spreadrl.rollout.backends import load_policy
@@ -70,7 +71,6 @@ def sft_build(
     from spreadrl.rollout.types import RunValues
     from spreadrl.train.sft_build import build_sft_data, model_context
 
-    check_output_file(out, overwrite=overwrite)  # before any rollout: never a silent replace
     env, turns, default_tasks = _recipe_settings(config, preset, max_turns)
     task_set = _task_set(tasks or default_tasks)
     sampler = model if backend != "oracle" else None
@@ -92,6 +92,21 @@ def sft_build(
             context=context,
         )
     cli_console().print(report.summary(), markup=False)
+
+
+def _is_sft_data(path: Path) -> bool:
+    """Whether ``path`` is what sft-build writes: conversations, one JSON object a line."""
+    import json
+
+    try:
+        with path.open(encoding="utf-8") as handle:
+            first = handle.readline()
+        if not first.strip():
+            return True
+        row = json.loads(first)
+        return isinstance(row, dict) and "messages" in row
+    except (OSError, UnicodeDecodeError, ValueError, TypeError):
+        return False
 
 
 def _task_set(source: str | None) -> TaskSet:

@@ -28,7 +28,7 @@ Examples:
 
   spreadrl eval --backend oracle --tasks builtin:test --out runs/oracle
 
-  spreadrl eval --model runs/demo/grpo --backend hf --tasks builtin:demo-test --samples 4 --out runs/eval
+  spreadrl eval --model runs/demo/grpo/final --backend hf --tasks builtin:demo-test --samples 4 --out runs/eval
 
   spreadrl eval --model Qwen/Qwen3-4B --backend openai --base-url http://127.0.0.1:8000/v1 --tasks data/verified --out runs/q4b
 

@@ -75,12 +75,18 @@ def run_eval_command(
     from spreadrl.eval.report import no_episode_started, render_report, some_did_not_start
     from spreadrl.run_folder import claim_run_folder
 
+    _check_model_is_no_run(spec)
     console = cli_console()
     task_set = resolve_tasks(spec.tasks, skip_bad=skip_bad)
     for problem in task_set.problems:  # --skip-bad: name each task left out, and why
         console.print(
             f"[yellow]skipped[/] task {plain(problem.task_id)}: {plain(problem.message)}",
             highlight=False,
+        )
+    if not len(task_set):  # pass@1 of no task is no measurement, never a 0.0%
+        skipped = f" ({len(task_set.problems)} skipped as broken)" if task_set.problems else ""
+        raise SpreadrlError(
+            f"--tasks {spec.tasks}: no tasks to evaluate{skipped}; give a task set that holds some"
         )
     with removed_if_failed_start(out, EVAL_FILES):
         claim = claim_run_folder(out, eval_identity(cfg, spec))
@@ -107,6 +113,18 @@ def run_eval_command(
             f"(first, {first['episode']}: {first['error']}); all are listed in {out / 'report.json'}"
             f", and a rerun with the same --out runs them again"
         )
+
+
+def _check_model_is_no_run(spec: EvalSpec) -> None:
+    """``--model runs/grpo`` names a run folder: point at the model folder it holds."""
+    from spreadrl.run_folder import RUN_FILE
+
+    folder = Path(spec.model) if spec.model and spec.backend in ("hf", "vllm") else None
+    if folder is None or not (folder / RUN_FILE).is_file() or (folder / "config.json").exists():
+        return
+    final = folder / "final"
+    hint = f"its final model is {final}" if final.is_dir() else "it holds no final model yet"
+    raise SpreadrlError(f"--model {spec.model} is a run folder, not a model; {hint}")
 
 
 def _run(

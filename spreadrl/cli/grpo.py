@@ -3,8 +3,13 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import typer
+
+if TYPE_CHECKING:
+    from spreadrl.reporting import Reporter
+    from spreadrl.train.config import GRPOConfig
 
 
 def grpo(
@@ -39,6 +44,12 @@ def grpo(
     """
     from spreadrl.cli.recipe import run_recipe
     from spreadrl.train.config import GRPOConfig
+
+    run_recipe("grpo", GRPOConfig, _train, config, overrides, print_config, resume)
+
+
+def _train(cfg: GRPOConfig, reporter: Reporter) -> Path:
+    """The trainer, imported (torch, transformers) only once the recipe was checked."""
     from spreadrl.train.grpo import train_grpo
 
-    run_recipe("grpo", GRPOConfig, train_grpo, config, overrides, print_config, resume)
+    return train_grpo(cfg, reporter=reporter)

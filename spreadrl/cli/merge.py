@@ -9,6 +9,9 @@ import typer
 from spreadrl.cli.console import plain
 from spreadrl.errors import ConfigError
 
+DTYPES = ("auto", "float32", "bfloat16", "float16")
+"""``--dtype``'s choices (as :mod:`spreadrl.train.merge` takes them)."""
+
 
 def merge(
     out: Path = typer.Option(..., "--out", help="Folder to write the plain Hugging Face model to."),
@@ -50,16 +53,23 @@ def merge(
 
       spreadrl merge --checkpoint runs/fsdp/ckpt/step-000060/model --base models/4b --out models/4b-rl
     """
-    from spreadrl.cli.console import cli_console
-    from spreadrl.run_folder import check_output_folder
-    from spreadrl.train.merge import adapter_base, export_checkpoint, merge_lora
+    from spreadrl.run_folder import check_output_folder, foreign_to_model
 
-    check_output_folder(out, overwrite=overwrite)  # before any input is read
-
+    # the arguments are checked before torch and transformers load (seconds)
+    check_output_folder(out, overwrite=overwrite, written_by=foreign_to_model)
     if (adapter is None) == (checkpoint is None):
         raise ConfigError(
             "give exactly one of --adapter or --checkpoint (see spreadrl merge --help)"
         )
+    if dtype not in DTYPES:
+        raise ConfigError(f"--dtype {dtype!r} is unknown; choose one of {', '.join(DTYPES)}")
+    source = adapter if adapter is not None else checkpoint
+    if source is not None and not source.exists():
+        flag = "--adapter" if adapter is not None else "--checkpoint"
+        raise ConfigError(f"{flag} {source}: no such folder")
+    from spreadrl.cli.console import cli_console
+    from spreadrl.train.merge import adapter_base, export_checkpoint, merge_lora
+
     console = cli_console()
     if adapter is not None:
         path = merge_lora(

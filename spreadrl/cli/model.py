@@ -49,13 +49,10 @@ def init(
     """
     import time
 
-    from spreadrl.cli.console import cli_console
-    from spreadrl.models.init import PRESETS, count_parameters, init_model, make_config
-    from spreadrl.models.qwen3 import QWEN3_VOCAB_SIZE, TOKENIZER_CHOICES, load_qwen3_tokenizer
-    from spreadrl.models.tokenizer import default_corpus, task_corpus, train_tokenizer
-    from spreadrl.run_folder import check_output_folder
+    from spreadrl.models.presets import PRESETS, TOKENIZER_CHOICES
+    from spreadrl.run_folder import check_output_folder, foreign_to_model
 
-    check_output_folder(out, overwrite=overwrite)  # an existing model is never replaced silently
+    # every argument is checked before torch and transformers load (seconds)
     if arch != "qwen3":
         raise ConfigError(f"--arch {arch!r} is not supported; the only architecture is qwen3")
     if preset not in PRESETS:
@@ -64,14 +61,21 @@ def init(
         raise ConfigError(
             f"--tokenizer {tokenizer_name!r} is unknown; choose one of {TOKENIZER_CHOICES}"
         )
+    if tokenizer_name == "qwen3" and (corpus is not None or vocab_size is not None):
+        raise ConfigError(
+            "--corpus and --vocab-size train a tokenizer; drop them with --tokenizer qwen3"
+        )
+    # an existing model is never replaced silently, nor anything that is no model
+    check_output_folder(out, overwrite=overwrite, written_by=foreign_to_model)
+    from spreadrl.cli.console import cli_console
+    from spreadrl.models.init import count_parameters, init_model, make_config
+    from spreadrl.models.qwen3 import QWEN3_VOCAB_SIZE, load_qwen3_tokenizer
+    from spreadrl.models.tokenizer import default_corpus, task_corpus, train_tokenizer
+
     console = cli_console()
     start = time.perf_counter()
     rows: int | None = None
     if tokenizer_name == "qwen3":
-        if corpus is not None or vocab_size is not None:
-            raise ConfigError(
-                "--corpus and --vocab-size train a tokenizer; drop them with --tokenizer qwen3"
-            )
         tokenizer = load_qwen3_tokenizer()
         rows = QWEN3_VOCAB_SIZE
         console.print(f"tokenizer: Qwen3's own, {len(tokenizer)} tokens, {rows} embedding rows")
@@ -100,11 +104,6 @@ def info(path: Path = typer.Argument(..., help="A Hugging Face model folder.")) 
 
       spreadrl model info runs/grpo/final
     """
-    from rich.table import Table
-
-    from spreadrl.cli.console import cli_console
-    from spreadrl.models.init import count_parameters
-
     config_file = path / "config.json"
     if not config_file.is_file():
         raise SpreadrlError(f"{path}: not a Hugging Face model folder (no config.json)")
@@ -112,7 +111,11 @@ def info(path: Path = typer.Argument(..., help="A Hugging Face model folder.")) 
         raw = json.loads(config_file.read_text())
     except json.JSONDecodeError as exc:
         raise SpreadrlError(f"{config_file}: not valid JSON ({exc.msg})") from exc
+    from rich.table import Table
     from transformers import AutoConfig, AutoTokenizer
+
+    from spreadrl.cli.console import cli_console
+    from spreadrl.models.init import count_parameters  # torch: once the folder was checked
 
     config = AutoConfig.from_pretrained(path)
     table = Table(title=str(path), show_header=False)

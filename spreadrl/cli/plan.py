@@ -44,16 +44,18 @@ def plan(
 
       spreadrl plan configs/grpo-tcr-4b.yaml model.name_or_path=runs/4b --gpus 1
     """
-    from spreadrl.cli.console import cli_console
-    from spreadrl.train.config import GRPOConfig
-    from spreadrl.train.plan import Hardware, plan_recipe
+    from spreadrl.train.config import GRPOConfig, check_recipe_kind
 
     if gpus < 1 or gpu_memory <= 0 or not 0 < mfu <= 1:
         raise ConfigError(
             f"--gpus must be >= 1, --gpu-memory > 0 and --mfu in (0, 1], got {gpus}, "
             f"{gpu_memory}, {mfu}"
         )
-    cfg = load_config(GRPOConfig, recipe, overrides or [])
+    check_recipe_kind("grpo", recipe)  # plans GRPO recipes; an SFT one is named as such
+    cfg = load_config(GRPOConfig, recipe, overrides or [])  # checked before torch loads
+    from spreadrl.cli.console import cli_console
+    from spreadrl.train.plan import Hardware, plan_recipe
+
     result = plan_recipe(cfg, Hardware(gpus, gpu_memory, mfu=mfu), shape_name=shape)
     if not result.fits and all(gib <= gpu_memory for gib in result.phases.values()):
         # memory is not what stops it (e.g. the prompts do not divide over the ranks):

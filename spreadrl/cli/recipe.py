@@ -37,11 +37,18 @@ def run_recipe(
     from spreadrl.errors import RunStopped
     from spreadrl.rollout.allocator import use_expandable_segments
 
+    if config is not None:  # `sft --config tiny-cpu`: name the command the recipe is for
+        from spreadrl.train.config import check_recipe_kind
+
+        check_recipe_kind(command, config)
     cfg: Any = load_config(config_type, config, overrides or [])
     console = cli_console()
     if print_config:
         console.print(dump_config(cfg), highlight=False, markup=False)
         return
+    from spreadrl.run_folder import check_creatable
+
+    check_creatable(Path(cfg.output_dir), "output_dir")  # one line, before torch is imported
     # the trainer's allocator: expandable segments unless the user set it (before CUDA starts)
     use_expandable_segments(getattr(getattr(cfg, "rollout", None), "backend", None))
     # a start that fails (a bad model path, a bad data row) leaves no output folder

@@ -51,7 +51,9 @@ def serve(
     max_body_mb: float = typer.Option(10.0, min=0.001, help="Largest request body in MB (413)."),
     max_tokens_limit: int = typer.Option(4096, min=1, help="Largest max_tokens a request may ask."),
     preset: str = typer.Option(
-        "full", help="Default tool preset of /v1/tasks: minimal | full | comma-separated tools."
+        None,
+        help="Default tool preset of /v1/tasks: minimal | full | comma-separated tools "
+        "(default: the tools the model was trained with, from its run's config.yaml; else full).",
     ),
     env_workers: int = typer.Option(
         1, min=0, help="Gym worker processes per task (0 = in the request thread)."
@@ -80,12 +82,18 @@ def serve(
     import logging
 
     from spreadrl.rollout.backends import load_policy
-    from spreadrl.serve.context import context_tokens, served_model_id
+    from spreadrl.serve.context import context_tokens, recipe_preset, served_model_id
     from spreadrl.serve.listen import bind
     from spreadrl.serve.schemas import ServeSettings
 
     _check_serve_flags(backend, view, work_dir)
+    preset = preset or recipe_preset(model) or "full"
     sock = bind(host, port)  # before the model loads: a taken port fails at once
+    try:
+        _check_preset_and_model(preset, model, backend)  # and before torch loads
+    except BaseException:
+        sock.close()
+        raise
     logging.basicConfig(level=log_level.upper(), format="%(levelname)s %(name)s: %(message)s")
     settings = ServeSettings(
         model_name=name or served_model_id(model),
@@ -110,21 +118,35 @@ def serve(
     )
 
 
+def _check_preset_and_model(preset: str, model: str, backend: str) -> None:
+    """An unknown tool, or an hf model folder that is not there: one line before torch loads."""
+    from spreadrl.env.tools import resolve_tools
+
+    try:
+        resolve_tools(preset)
+    except SpreadrlError as exc:
+        raise SpreadrlError(f"--preset {preset!r}: {exc}") from exc
+    looks_local = model.startswith((".", "/", "~")) or model.count("/") != 1
+    if backend == "hf" and looks_local and not Path(model).expanduser().exists():
+        raise SpreadrlError(
+            f"--model {model}: no such model folder (and not a Hub id such as Qwen/Qwen3-4B)"
+        )
+
+
 def _check_serve_flags(backend: str, view: Path | None, work_dir: Path | None) -> None:
     """Refuse a bad backend, a missing serve extra, a --view that is not a folder or a
     --work-dir that cannot be one: each in one line, before the port and the model."""
     if backend not in ("hf", "vllm"):
         raise SpreadrlError(f"--backend must be hf or vllm, got {backend!r}")
-    try:
-        import uvicorn  # noqa: F401  # the serve extra, checked before anything loads
+    from importlib.util import find_spec
 
-        import spreadrl.serve.app  # noqa: F401
-        import spreadrl.serve.limits  # noqa: F401
-    except ImportError as exc:
+    # the serve extra, found without importing it (the app's imports load transformers)
+    missing = [name for name in ("fastapi", "uvicorn", "multipart") if find_spec(name) is None]
+    if missing:
         raise MissingDependencyError(
-            f"spreadrl serve needs FastAPI and uvicorn ({exc.name} is missing): "
+            f"spreadrl serve needs FastAPI and uvicorn ({missing[0]} is missing): "
             "pip install 'spreadrl[serve]'"
-        ) from exc
+        )
     if view is not None and not view.is_dir():
         raise SpreadrlError(f"--view {view}: not a folder; pass a run folder such as runs/demo")
     if work_dir is not None:  # a file in its place: one line before the port and the model

@@ -3,8 +3,13 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import typer
+
+if TYPE_CHECKING:
+    from spreadrl.reporting import Reporter
+    from spreadrl.train.config import SFTConfig
 
 
 def sft(
@@ -39,6 +44,12 @@ def sft(
     """
     from spreadrl.cli.recipe import run_recipe
     from spreadrl.train.config import SFTConfig
+
+    run_recipe("sft", SFTConfig, _train, config, overrides, print_config, resume)
+
+
+def _train(cfg: SFTConfig, reporter: Reporter) -> Path:
+    """The trainer, imported (torch, transformers) only once the recipe was checked."""
     from spreadrl.train.sft import train_sft
 
-    run_recipe("sft", SFTConfig, train_sft, config, overrides, print_config, resume)
+    return train_sft(cfg, reporter=reporter)

@@ -41,8 +41,10 @@ from typing import Any, BinaryIO
 from spreadrl.data.importers import import_spreadsheet_rl, import_spreadsheetbench
 from spreadrl.data.importers.rl_release import ARCHIVE, PARSERS, parquet_name
 from spreadrl.data.importers.rl_release import SPLITS as SRL_SPLITS
+from spreadrl.data.task import foreign_to_task_set
 from spreadrl.errors import SpreadrlError
 from spreadrl.reporting import LogReporter, Reporter
+from spreadrl.run_folder import check_output_folder
 
 log = logging.getLogger(__name__)
 
@@ -575,6 +577,13 @@ def _load_local(files: list[Path], cache: Path) -> Iterable[Mapping[str, object]
     )
 
 
+def foreign_to_download(out: Path) -> str | None:
+    """What in ``out`` no download wrote: a task set, or a problems file and its source record."""
+    if {p.name for p in out.iterdir()} <= {PROBLEMS_FILE, "source.json"}:
+        return None
+    return foreign_to_task_set(out)
+
+
 def _download_problems(
     spec: DatasetSpec,
     split: str,
@@ -583,8 +592,7 @@ def _download_problems(
     origin: str,
     overwrite: bool,
 ) -> DownloadReport:
-    if out.is_dir() and any(out.iterdir()) and not overwrite:
-        raise SpreadrlError(f"--out {out} is not empty; choose a new folder or pass --overwrite")
+    check_output_folder(out, overwrite=overwrite, written_by=foreign_to_download)
     assert spec.convert is not None
     problems, skipped = [], []
     for index, row in enumerate(rows):

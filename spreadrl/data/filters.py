@@ -31,13 +31,18 @@ from typing import Any, Protocol
 
 from spreadrl.data.importers import copy_tasks
 from spreadrl.data.importers.common import check_paths
-from spreadrl.data.task import Task, TaskSet
+from spreadrl.data.task import Task, TaskSet, foreign_to_task_set
 from spreadrl.errors import SpreadrlError
 from spreadrl.reporting import LogReporter, Reporter
 
 log = logging.getLogger(__name__)
 
 REPORT_NAME = "filter_report.json"
+
+
+def _foreign(out: Path) -> str | None:
+    """What in ``out`` no filter wrote (a filtered set is a task set and its report)."""
+    return foreign_to_task_set(out, (REPORT_NAME,))
 
 
 class Filter(Protocol):
@@ -337,7 +342,7 @@ def apply_filters(
     found (later filters do not run on it). ``reporter`` shows the progress (default: none).
     """
     if out is not None:
-        check_paths(task_set.root, Path(out), overwrite=overwrite)
+        check_paths(task_set.root, Path(out), overwrite=overwrite, written_by=_foreign)
     report = FilterReport(
         total=len(task_set) + len(task_set.problems), counts={f.name: 0 for f in filters}
     )
@@ -356,7 +361,9 @@ def apply_filters(
             bar.advance()
     report.kept = [task.id for task in kept]
     if out is not None:
-        written = copy_tasks(TaskSet(root=task_set.root, tasks=kept), Path(out), overwrite=True)
+        written = copy_tasks(
+            TaskSet(root=task_set.root, tasks=kept), Path(out), overwrite=True, written_by=_foreign
+        )
         report.out = written.root
         (written.root / REPORT_NAME).write_text(json.dumps(report.to_json(), indent=2))
     return report

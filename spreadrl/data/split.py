@@ -20,7 +20,7 @@ from typing import Any
 from spreadrl.data.filters import near_duplicate_clusters
 from spreadrl.data.importers import copy_tasks
 from spreadrl.data.importers.common import check_paths
-from spreadrl.data.task import TaskSet
+from spreadrl.data.task import TaskSet, foreign_to_task_set
 from spreadrl.errors import SpreadrlError
 
 SPLIT_NAMES = ("train", "val", "test")
@@ -81,6 +81,19 @@ def assign_clusters(
     return [sorted(members) for members in out]
 
 
+def _foreign(out: Path, names: Sequence[str]) -> str | None:
+    """What in ``out`` no split wrote (one task set per split name, and the summary)."""
+    strays = sorted(p.name for p in out.iterdir() if p.name not in {*names, SUMMARY_NAME})
+    if strays:
+        return f"entries no split of ours holds ({', '.join(strays[:4])})"
+    for name in names:
+        if (out / name).is_dir() and any((out / name).iterdir()):
+            foreign = foreign_to_task_set(out / name)
+            if foreign is not None:
+                return f"{name}/ with {foreign}"
+    return None
+
+
 def split_tasks(
     task_set: TaskSet,
     out: Path | None,
@@ -100,7 +113,9 @@ def split_tasks(
         raise SpreadrlError(f"{task_set.root}: no tasks to split")
     out = Path(out) if out is not None else None
     if out is not None:
-        check_paths(task_set.root, out, overwrite=overwrite)
+        check_paths(
+            task_set.root, out, overwrite=overwrite, written_by=lambda o: _foreign(o, names)
+        )
     tasks = sorted(task_set.tasks, key=lambda t: t.id)  # order-independent result
     clusters = near_duplicate_clusters([t.instruction for t in tasks], threshold)
     assigned = assign_clusters(clusters, ratios, seed)

@@ -21,7 +21,7 @@ from __future__ import annotations
 import json
 import re
 import zipfile
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Collection, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -334,6 +334,12 @@ def load_tasks(root: str | Path, *, skip_bad: bool = False, validate: bool = Tru
     root = Path(root)
     index_path = root / "dataset.json"
     if not index_path.is_file():
+        if root.is_dir() and any(root.iterdir()):  # a command with --out here would refuse it
+            raise TaskFormatError(
+                f"{root}: no dataset.json, so no task set (a stopped command leaves none); "
+                "create one in a new folder with `spreadrl data synth --out NEW_FOLDER` or "
+                "`spreadrl data import`"
+            )
         raise TaskFormatError(
             f"{root}: no dataset.json (is this a task folder? create one with "
             f"`spreadrl data synth --out {root}` or `spreadrl data import`)"
@@ -370,6 +376,30 @@ def load_tasks(root: str | Path, *, skip_bad: bool = False, validate: bool = Tru
             kind = "empty-position" if isinstance(exc, EmptyAnswerPositionError) else "load"
             problems.append(TaskProblem(str(label), str(exc), kind))
     return TaskSet(root=root, tasks=tasks, problems=problems)
+
+
+def foreign_to_task_set(root: Path, side_files: Collection[str] = ()) -> str | None:
+    """What in folder ``root`` a command writing task sets did not write; None when nothing.
+
+    A task set a data command wrote is ``dataset.json``, the task folders it
+    lists and the command's ``side_files`` (a report). ``--overwrite`` may replace
+    such a folder, and nothing else (a run, a user's files).
+    """
+    index = root / "dataset.json"
+    if not index.is_file():
+        names = sorted(p.name for p in root.iterdir())
+        shown = ", ".join(names[:4]) + (f", ... ({len(names)} entries)" if len(names) > 4 else "")
+        return f"files that are no task set (no dataset.json: {shown})"
+    try:
+        entries = json.loads(index.read_text(encoding="utf-8"))
+        folders = {Path(str(e["spreadsheet_path"])).parts[0] for e in entries}
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError, TypeError, KeyError, IndexError):
+        return "an unreadable dataset.json"
+    known = {"dataset.json", *folders, *side_files}
+    strays = sorted(p.name for p in root.iterdir() if p.name not in known)
+    if strays:
+        return f"entries no task set of ours holds ({', '.join(strays[:4])})"
+    return None
 
 
 def write_dataset_index(root: Path, tasks: Sequence[Task]) -> Path:

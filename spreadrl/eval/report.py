@@ -195,7 +195,9 @@ def summary_table(report: dict[str, Any], title: str) -> Table:
     table.add_row("parse errors / episode", f"{report['parse_errors_per_episode']:.2f}")
     table.add_row("stop reasons", ", ".join(f"{k} {v}" for k, v in report["stop_reasons"].items()))
     if "wall_s" in report:
-        table.add_row("wall time", f"{report['wall_s']:.1f} s")
+        runs = len(report.get("wall_s_sessions") or [])
+        shown = f" ({runs} sessions: a resumed eval)" if runs > 1 else ""
+        table.add_row("wall time", f"{report['wall_s']:.1f} s{shown}")
     if report.get("episode_errors"):
         table.add_row("episode errors", str(report["episode_errors"]), alert=True)
     return table

@@ -98,6 +98,23 @@ def write_json(path: Path, data: Any) -> None:
     tmp.replace(path)
 
 
+def _earlier_time(out_dir: Path) -> tuple[list[float], dict[str, float]]:
+    """The wall time of each earlier session of the eval in ``out_dir``, and their timings.
+
+    From its ``report.json`` (none yet: nothing); a report written before sessions
+    were recorded counts as one session of its ``wall_s``.
+    """
+    try:
+        earlier = json.loads((out_dir / REPORT).read_text())
+    except (OSError, ValueError):
+        return [], {}
+    if not isinstance(earlier, dict):
+        return [], {}
+    sessions = earlier.get("wall_s_sessions") or [earlier.get("wall_s") or 0.0]
+    timings = earlier.get("timings") or {}
+    return [float(s) for s in sessions], {k: float(v) for k, v in timings.items()}
+
+
 def run_eval(
     tasks: TaskSet,
     policy: Policy,
@@ -133,7 +150,8 @@ def run_eval(
         if f"{task.id}/{case}/{sample}" not in done
     ]
     started = time.perf_counter()
-    timings: dict[str, float] = {}
+    # a resumed eval adds its time to the earlier sessions', which ran the episodes it keeps
+    sessions, timings = _earlier_time(out_dir) if done else ([], {})
     passed = 0
     with (
         reporter.progress("eval", len(jobs), status="pass -") as bar,
@@ -154,10 +172,16 @@ def run_eval(
                 bar.advance(len(chunk), status=f"pass {100 * passed / finished:.1f}%")
         finally:
             sink.flush()
+            sessions.append(time.perf_counter() - started)
             report = build_report(
                 read_trajectories(out_dir),
                 k_values,
-                extra={"wall_s": time.perf_counter() - started, "timings": timings, **(meta or {})},
+                extra={
+                    "wall_s": sum(sessions),
+                    "wall_s_sessions": sessions,
+                    "timings": timings,
+                    **(meta or {}),
+                },
             )
             write_json(out_dir / REPORT, report)
     return report

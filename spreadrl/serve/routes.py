@@ -26,6 +26,7 @@ from fastapi.responses import (
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from spreadrl.env.tools import resolve_tools
+from spreadrl.env.types import EndReason
 from spreadrl.errors import SpreadrlError
 from spreadrl.rollout.chat import EpisodeChat
 from spreadrl.serve import agent
@@ -319,9 +320,28 @@ async def tasks(
     finally:
         if progress is not None and not isinstance(result, dict):
             progress.finish()  # refused (503) or failed: the page stops polling
+    too_long = EndReason.PROMPT_TOO_LONG.value
+    if (
+        isinstance(result, dict)
+        and result.get("turns") == 0
+        and result.get("stop_reason") == too_long
+    ):
+        # the agent never ran: no result to show as one, but the request to change
+        return error(422, _never_started(chosen, settings), "invalid_request_error", too_long)
     if isinstance(result, dict):
         result["preview"] = _before_after(served, data, result)
     return result
+
+
+def _never_started(preset: str, settings: ServeSettings) -> str:
+    """Why a task whose prompt did not fit never ran, and what to change."""
+    context = f" of {settings.context_tokens} tokens" if settings.context_tokens else ""
+    return (
+        f"the task never started: its prompt (the instruction, the workbook overview and the "
+        f"schemas of tool preset {preset!r}) does not fit the model's context{context}; choose "
+        "a smaller preset (the tools the model was trained with, such as write_range), or a "
+        "shorter instruction"
+    )
 
 
 def _before_after(served: Served, data: bytes, result: dict[str, Any]) -> dict[str, Any]:

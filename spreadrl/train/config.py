@@ -10,9 +10,18 @@ prints a recipe's resolved config.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Literal
 
-from spreadrl.config import Section, config_table, option, section
+from spreadrl.config import (
+    Section,
+    YAMLValue,
+    config_table,
+    option,
+    read_recipe,
+    section,
+    unknown_keys,
+)
 from spreadrl.env.config import EnvConfig
 from spreadrl.errors import ConfigError
 from spreadrl.eval.config import EvalConfig
@@ -274,6 +283,8 @@ class GRPOConfig(Section):
     device: str = option("auto", "cpu, cuda, or auto.")
 
     def validate(self) -> None:
+        if self.steps < 1:
+            raise ConfigError(f"steps must be at least 1, got {self.steps}")
         length = self.reward.overlong_limit(self.rollout.max_response_tokens)
         if self.reward.overlong and length <= self.reward.overlong_buffer:
             raise ConfigError(
@@ -311,6 +322,14 @@ class SFTConfig(Section):
     output_dir: str = option("runs/sft", "Run folder.")
     device: str = option("auto", "cpu, cuda, or auto.")
 
+    def validate(self) -> None:
+        if self.steps < 0 or self.epochs < 1 or self.batch_size < 1 or self.max_length < 1:
+            raise ConfigError(
+                "steps must be 0 (derive from epochs) or positive, and epochs, batch_size and "
+                f"max_length at least 1; got steps {self.steps}, epochs {self.epochs}, "
+                f"batch_size {self.batch_size}, max_length {self.max_length}"
+            )
+
     def total_steps(self, dataset_size: int) -> int:
         """``steps`` when set, else enough steps for ``epochs`` passes over the data."""
         if self.steps:
@@ -320,6 +339,28 @@ class SFTConfig(Section):
 
 RECIPES: dict[str, type] = {"grpo": GRPOConfig, "sft": SFTConfig}
 """The config class of each recipe command, by command name."""
+
+
+def recipe_kinds(data: dict[str, YAMLValue]) -> list[str]:
+    """The commands (``grpo``, ``sft``) whose config has a field for every key of ``data``."""
+    return [name for name, cls in RECIPES.items() if not unknown_keys(cls, data)]
+
+
+def check_recipe_kind(command: str, path: str | Path) -> None:
+    """Refuse, in one line, a recipe written for another command (``sft --config tiny-cpu``).
+
+    A recipe knows its kind by its keys: one that only another command's config
+    takes is named as that command's, with the command to run it.
+    """
+    data = read_recipe(path)
+    unknown = unknown_keys(RECIPES[command], data)
+    others = [k for k in recipe_kinds(data) if k != command]
+    if unknown and others:
+        raise ConfigError(
+            f"{path} is a `spreadrl {others[0]}` recipe, not a {command} one (its keys "
+            f"{', '.join(map(repr, unknown[:3]))} are {others[0]}'s); run "
+            f"`spreadrl {others[0]} --config {path}`"
+        )
 
 
 def config_tables() -> str:

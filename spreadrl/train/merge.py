@@ -38,7 +38,7 @@ from transformers import (
 
 from spreadrl.errors import ConfigError, SpreadrlError
 from spreadrl.models.compat import peft_wrapping
-from spreadrl.run_folder import check_output_folder
+from spreadrl.run_folder import check_output_folder, foreign_to_model
 
 log = logging.getLogger(__name__)
 
@@ -100,7 +100,7 @@ def _prepare_out(out: Path, overwrite: bool, sources: list[Path]) -> Path:
             raise SpreadrlError(
                 f"--out {out} overlaps the input {src}; choose an output folder outside it"
             )
-    check_output_folder(out, overwrite=overwrite)
+    check_output_folder(out, overwrite=overwrite, written_by=foreign_to_model)
     tmp = out.parent / f".tmp-{out.name}"
     if tmp.exists():
         shutil.rmtree(tmp)

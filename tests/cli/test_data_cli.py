@@ -82,16 +82,30 @@ def test_import_spreadsheetbench_and_info(tmp_path):
     assert summary["tasks"] == 2 and summary["cases"] == 2
 
 
-def test_import_refuses_non_empty_out_without_overwrite(tmp_path):
+def test_import_replaces_only_its_own_output_and_only_with_overwrite(tmp_path):
+    src = make_spreadsheetbench(tmp_path / "sb")
+    out = tmp_path / "out"
+    first = _run("import", "--from", "spreadsheetbench", str(src), "--out", str(out))
+    assert first.exit_code == 0
+    again = _run("import", "--from", "spreadsheetbench", str(src), "--out", str(out))
+    assert again.exit_code == 1 and "pass --overwrite" in str(again.exception)
+    replaced = _run(
+        "import", "--from", "spreadsheetbench", str(src), "--out", str(out), "--overwrite"
+    )
+    assert replaced.exit_code == 0 and len(load_tasks(out)) == 2
+
+
+def test_import_never_replaces_a_folder_of_the_users_files(tmp_path):
     src = make_spreadsheetbench(tmp_path / "sb")
     out = tmp_path / "out"
     out.mkdir()
     (out / "notes.txt").write_text("mine")
-    result = _run("import", "--from", "spreadsheetbench", str(src), "--out", str(out))
-    assert result.exit_code == 1 and "--overwrite" in str(result.exception)
-    assert (out / "notes.txt").exists()
-    again = _run("import", "--from", "spreadsheetbench", str(src), "--out", str(out), "--overwrite")
-    assert again.exit_code == 0 and len(load_tasks(out)) == 2
+    for flags in ((), ("--overwrite",)):
+        result = _run("import", "--from", "spreadsheetbench", str(src), "--out", str(out), *flags)
+        message = str(result.exception)
+        assert result.exit_code == 1 and "notes.txt" in message, message
+        assert "did not write" in message and "pass --overwrite" not in message
+        assert (out / "notes.txt").read_text() == "mine"
 
 
 def test_import_broken_task_names_it_and_skip_bad_lists_it(tmp_path):

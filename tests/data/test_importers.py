@@ -130,16 +130,21 @@ def test_nothing_importable_is_an_error(tmp_path):
     assert not (tmp_path / "out").exists()
 
 
-def test_refuses_non_empty_out_and_overwrite_replaces(tmp_path):
+def test_refuses_non_empty_out_and_overwrite_replaces_only_an_import(tmp_path):
     src = make_spreadsheetbench(tmp_path / "sb")
     out = tmp_path / "out"
     out.mkdir()
     (out / "keep.txt").write_text("precious")
+    for overwrite in (False, True):  # files the import did not write: kept, whatever the flag
+        with pytest.raises(SpreadrlError, match="keep.txt.*did not write"):
+            import_spreadsheetbench(src, out, overwrite=overwrite)
+    assert (out / "keep.txt").read_text() == "precious"
+    (out / "keep.txt").unlink()
+    import_spreadsheetbench(src, out)
     with pytest.raises(SpreadrlError, match="not empty.*--overwrite"):
         import_spreadsheetbench(src, out)
-    assert (out / "keep.txt").read_text() == "precious"
     import_spreadsheetbench(src, out, overwrite=True)
-    assert not (out / "keep.txt").exists() and len(load_tasks(out)) == 2
+    assert len(load_tasks(out)) == 2
 
 
 def test_failed_overwrite_keeps_previous_contents(tmp_path):

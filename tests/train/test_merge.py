@@ -261,16 +261,20 @@ def test_errors_name_the_problem(tmp_path, base_dir, adapter):
         merge_lora(base_dir, adapter_dir, adapter_dir / "merged")
 
 
-def test_non_empty_out_needs_overwrite(tmp_path, base_dir, adapter):
+def test_non_empty_out_needs_overwrite_and_holds_a_model(tmp_path, base_dir, adapter):
     adapter_dir, peft_logits, _ = adapter
     out = tmp_path / "out"
     out.mkdir()
     (out / "keep.txt").write_text("mine")
+    for overwrite in (False, True):  # no model folder: the user's, kept whatever the flag
+        with pytest.raises(SpreadrlError, match="keep.txt.*did not write"):
+            merge_lora(base_dir, adapter_dir, out, overwrite=overwrite)
+    assert (out / "keep.txt").read_text() == "mine"
+    (out / "keep.txt").unlink()
+    merge_lora(base_dir, adapter_dir, out)
     with pytest.raises(SpreadrlError, match="not empty.*--overwrite"):
         merge_lora(base_dir, adapter_dir, out)
-    assert (out / "keep.txt").read_text() == "mine"
     merge_lora(base_dir, adapter_dir, out, overwrite=True)
-    assert not (out / "keep.txt").exists()
     assert torch.allclose(_logits(_load(out)), peft_logits, atol=ATOL, rtol=0)
 
 

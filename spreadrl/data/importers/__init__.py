@@ -16,14 +16,25 @@ from spreadrl.data.importers.common import ImportReport, StagedOutput, check_pat
 from spreadrl.data.importers.spreadsheet_rl import import_spreadsheet_rl
 from spreadrl.data.importers.spreadsheetbench import import_spreadsheetbench
 from spreadrl.data.task import TaskCase, TaskSet
+from spreadrl.run_folder import FolderCheck
 
 __all__ = ["ImportReport", "copy_tasks", "import_spreadsheet_rl", "import_spreadsheetbench"]
 
 
-def copy_tasks(task_set: TaskSet, out: Path, *, overwrite: bool = False) -> TaskSet:
-    """Copy a loaded task set (e.g. the built-in suite) to ``out`` in the native layout."""
+def copy_tasks(
+    task_set: TaskSet,
+    out: Path,
+    *,
+    overwrite: bool = False,
+    written_by: FolderCheck | None = None,
+) -> TaskSet:
+    """Copy a loaded task set (e.g. the built-in suite) to ``out`` in the native layout.
+
+    ``written_by`` says what in an existing ``out`` the calling command did not
+    write (default: anything but a task set); such an ``out`` is never replaced.
+    """
     out = Path(out)
-    check_paths(task_set.root, out, overwrite=overwrite)
+    check_paths(task_set.root, out, overwrite=overwrite, written_by=written_by)
     staged = StagedOutput(out)
     try:
         tasks = []

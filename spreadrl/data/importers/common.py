@@ -27,10 +27,12 @@ from spreadrl.data.task import (
     TaskCase,
     TaskProblem,
     TaskSet,
+    foreign_to_task_set,
     load_tasks,
     write_dataset_index,
 )
 from spreadrl.errors import SpreadrlError, TaskFormatError
+from spreadrl.run_folder import FolderCheck, check_output_folder
 
 log = logging.getLogger(__name__)
 
@@ -55,8 +57,12 @@ class ImportReport:
         return len(self.imported_ids)
 
 
-def check_paths(src: Path, out: Path, *, overwrite: bool) -> None:
-    """Refuse an ``out`` that would lose data: non-empty (without overwrite) or nested with ``src``."""
+def check_paths(
+    src: Path, out: Path, *, overwrite: bool, written_by: FolderCheck | None = None
+) -> None:
+    """Refuse an ``out`` that would lose data: non-empty (without overwrite), a run, a folder
+    that is no task set (``written_by``, by default :func:`foreign_to_task_set`), or nested
+    with ``src``."""
     if not src.exists():
         raise SpreadrlError(f"{src}: no such file or folder to import from")
     src_r, out_r = src.resolve(), out.resolve()
@@ -64,12 +70,7 @@ def check_paths(src: Path, out: Path, *, overwrite: bool) -> None:
         raise SpreadrlError(
             f"--out {out} and the source {src} overlap; choose an output folder outside the source"
         )
-    if out.exists() and not out.is_dir():
-        raise SpreadrlError(f"--out {out} is a file, not a folder")
-    if out.is_dir() and any(out.iterdir()) and not overwrite:
-        raise SpreadrlError(
-            f"--out {out} is not empty; choose a new folder or pass --overwrite to replace it"
-        )
+    check_output_folder(out, overwrite=overwrite, written_by=written_by or foreign_to_task_set)
 
 
 class StagedOutput:

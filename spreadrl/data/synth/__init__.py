@@ -15,11 +15,11 @@ from __future__ import annotations
 import json
 import logging
 import random
-import shutil
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from spreadrl.data.importers.common import StagedOutput
 from spreadrl.data.synth import aggregates, columns, sheets
 from spreadrl.data.synth.base import (
     DIFFICULTIES,
@@ -28,7 +28,7 @@ from spreadrl.data.synth.base import (
     SynthVerificationError,
     TaskSpec,
 )
-from spreadrl.data.task import Task, TaskCase, TaskSet, load_tasks, write_dataset_index
+from spreadrl.data.task import Task, TaskCase, TaskSet, foreign_to_task_set
 from spreadrl.errors import SpreadrlError
 from spreadrl.reporting import LogReporter, Reporter
 from spreadrl.run_folder import check_output_folder
@@ -138,13 +138,31 @@ def synthesize(
     if cases is not None and not 1 <= cases <= 3:
         raise SpreadrlError(f"cases must be 1, 2 or 3, got {cases}")
     chosen = _select(families, difficulty)
-    check_output_folder(out, overwrite=overwrite)  # a file, or a folder not empty: refused
-    if out.exists() and any(out.iterdir()):
-        shutil.rmtree(out)  # --overwrite: the user asked for it
-    out.mkdir(parents=True, exist_ok=True)
+    # a file, a run, a folder holding more than a task set, or one not empty without --overwrite
+    check_output_folder(out, overwrite=overwrite, written_by=foreign_to_task_set)
     order = list(chosen)
     random.Random(f"order:{seed}").shuffle(order)
+    # written beside ``out`` and swapped in at the end: a stopped run leaves ``out`` as it was
+    staged = StagedOutput(out)
+    try:
+        tasks = _write_tasks(staged.path, order, n, seed, cases, check, reporter, id_prefix)
+        return staged.commit(tasks)
+    except BaseException:
+        staged.discard()
+        raise
 
+
+def _write_tasks(
+    root: Path,
+    order: list[tuple[Family, tuple[str, ...]]],
+    n: int,
+    seed: int,
+    cases: int | None,
+    check: CaseCheck | None,
+    reporter: Reporter | None,
+    id_prefix: str,
+) -> list[Task]:
+    """Generate and write ``n`` tasks into ``root``, checking each case with ``check``."""
     tasks: list[Task] = []
     reporter = reporter or LogReporter()
     with reporter.progress("synthesizing", n, keep=False) as bar:
@@ -154,7 +172,7 @@ def synthesize(
             level = rng.choice(levels)
             spec = family.generate(rng, level, cases or rng.randint(1, 3))
             task_id = f"{id_prefix}-{seed}-{i:05d}"
-            folder = out / task_id
+            folder = root / task_id
             written = _write_task(folder, task_id, spec)
             if check is not None:
                 _verify(check, family.name, seed, i, spec, written)
@@ -173,8 +191,7 @@ def synthesize(
                 )
             )
             bar.advance()
-    write_dataset_index(out, tasks)
-    return load_tasks(out)
+    return tasks
 
 
 def _verify(
