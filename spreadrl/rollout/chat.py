@@ -36,11 +36,12 @@ import json
 import logging
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
-from typing import Any
-
-from transformers import PreTrainedTokenizerBase
+from typing import TYPE_CHECKING, Any
 
 from spreadrl.errors import SpreadrlError
+
+if TYPE_CHECKING:  # annotations only: the chat format loads without transformers (serve's checks)
+    from transformers import PreTrainedTokenizerBase
 
 log = logging.getLogger(__name__)
 
