@@ -64,6 +64,28 @@ def build_app(endpoint: CaptureEndpoint) -> FastAPI:
             return StreamingResponse(
                 stream_chunks(done, endpoint.model_name), media_type="text/event-stream"
             )
-        return completion_body(done, endpoint.model_name)
+        return with_token_ids(completion_body(done, endpoint.model_name), result)
 
     return app
+
+
+def with_token_ids(body: dict[str, Any], result: dict[str, Any]) -> dict[str, Any]:
+    """The ids and log-probs of the call in vLLM's fields, for token-faithful proxies
+    (OpenEnv's ``CaptureServer`` in front of this endpoint): top-level
+    ``prompt_token_ids``, ``choices[0].token_ids`` and ``choices[0].logprobs.content``,
+    one entry per sampled id, its token written ``token_id:N`` as vLLM's
+    ``--return-tokens-as-token-ids`` writes it. The log-probs are the processed
+    sampling distribution's (temperature, top-k, top-p), as the trainer recomputes them."""
+    turn = result["turn"]
+    ids = list(turn.token_ids or [])
+    logprobs = list(turn.logprobs or [0.0] * len(ids))
+    choice = body["choices"][0]
+    choice["token_ids"] = ids
+    choice["logprobs"] = {
+        "content": [
+            {"token": f"token_id:{t}", "logprob": lp, "bytes": None, "top_logprobs": []}
+            for t, lp in zip(ids, logprobs, strict=True)
+        ]
+    }
+    body["prompt_token_ids"] = list(result["prompt_ids"])
+    return body

@@ -222,7 +222,7 @@ class CaptureEndpoint:
             tool_calls=len(done.tool_calls),
             continued=continued,
         )
-        return {"completion": done}
+        return {"completion": done, "prompt_ids": prompt, "turn": turn}
 
     # ---- generation -----------------------------------------------------------------
     def _generate_loop(self) -> None:
