@@ -1,7 +1,9 @@
 """spreadrl's TrainingTrace JSON against OpenEnv 0.10's own model (``openenv.core.harness``).
 
-Skipped where the installed ``openenv`` has no harness capture (openenv-core 0.3, whose
-module shadows it); ``make test-envs`` runs it with openenv 0.10."""
+Run by ``make test-envs`` (marked ``envs``) where ``openenv`` 0.10 is installed; like the
+leg's other tests they fail, never skip, without it. OpenEnv is imported in each test so
+that collecting this file in the default leg (openenv-core 0.3, whose module of the same
+name has no harness capture) does not fail."""
 
 import json
 
@@ -10,7 +12,6 @@ import pytest
 from spreadrl.rollout.harness.capture import CapturedCall
 from spreadrl.rollout.harness.trace import samples_from_trace, to_training_trace
 
-training = pytest.importorskip("openenv.core.harness.training", reason="openenv>=0.10 capture")
 pytestmark = pytest.mark.envs
 
 
@@ -24,12 +25,16 @@ def calls() -> list[CapturedCall]:
 
 
 def test_a_spreadrl_trace_validates_in_openenv():
+    from openenv.core.harness import training
+
     written = json.loads(json.dumps(to_training_trace(calls(), episode_id="t1/1/0")))
     trace = training.TrainingTrace.model_validate(written)  # runs validate_training_turn per turn
     assert [t.node_id for t in trace.turns] == ["t1/1/0#0", "t1/1/0#1"]
 
 
 def test_an_openenv_trace_trains_as_one_sample():
+    from openenv.core.harness import training
+
     turns = [
         training.TrainingTurn(
             node_id=f"n{i}",
@@ -47,3 +52,58 @@ def test_an_openenv_trace_trains_as_one_sample():
     assert sample.response_ids == [4, 5, 9, 7, 8, 6, 9]
     assert sample.response_mask == [1, 1, 1, 0, 0, 1, 1]
     assert sample.logprobs == [-0.5, -0.25, -0.125, 0.0, 0.0, -1.0, -0.0625]
+
+
+def test_capture_server_in_front_of_the_endpoint_captures_what_it_sampled(tiny_model):
+    """OpenEnv's CaptureServer proxies spreadrl's endpoint; its trace is the endpoint's own
+    calls token for token, and it reads back as one joined sample."""
+    import socket
+
+    import httpx
+    from openenv.core.harness import capture, training
+
+    from spreadrl.rollout.chat import EpisodeChat
+    from spreadrl.rollout.config import RolloutConfig
+    from spreadrl.rollout.harness.app import build_app
+    from spreadrl.rollout.harness.endpoint import CaptureEndpoint
+    from spreadrl.rollout.hf_policy import HFPolicy
+    from spreadrl.rollout.runner import RunValues
+
+    model, tokenizer = tiny_model
+    chat = EpisodeChat.of(tokenizer)
+    cfg = RolloutConfig(max_turns=4, max_new_tokens_per_turn=16)
+    endpoint = CaptureEndpoint(HFPolicy(model, tokenizer), chat, cfg, RunValues(seed=1))
+    endpoint.start(build_app(endpoint))
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    try:
+        session = endpoint.open_session("interop/1/0")
+        upstream = f"http://127.0.0.1:{endpoint.port}{endpoint.base_path(session)}"
+        server = capture.CaptureServer(llm_url=upstream, model=endpoint.model_name, port=port)
+        server.start()
+        base = f"http://127.0.0.1:{port}"
+        key = httpx.post(f"{base}/sessions", json={}).json()["session_id"]
+        tools = [{"type": "function", "function": {"name": "write_range", "parameters": {}}}]
+        messages = [{"role": "user", "content": "Put 42 in A1."}]
+        for _ in range(2):
+            reply = httpx.post(
+                f"{base}/v1/chat/completions",
+                headers={"Authorization": f"Bearer {key}"},
+                json={"model": endpoint.model_name, "messages": messages, "tools": tools},
+                timeout=120,
+            )
+            assert reply.status_code == 200, reply.text
+            messages += [reply.json()["choices"][0]["message"]]
+            messages += [{"role": "tool", "tool_call_id": "c", "content": "wrote"}]
+        entries = httpx.get(f"{base}/sessions/{key}/trace_entries").json()["entries"]
+        trace = json.loads(training.TrainingTrace.from_entries(entries).model_dump_json())
+    finally:
+        endpoint.close()
+    own = session.capture.calls
+    assert [
+        (t["prompt_token_ids"], t["completion_token_ids"], t["per_token_logps"])
+        for t in trace["turns"]
+    ] == [(c.prompt_ids, c.completion_ids, c.logprobs) for c in own]
+    samples, breaks = samples_from_trace(trace)
+    assert breaks == 0 and len(samples) == 1
