@@ -15,8 +15,9 @@ read one reply line.
 * **Back-pressure:** at most ``max_pending`` requests wait; beyond that the service answers
   ``{"busy": true}`` at once and the client retries with a growing pause until its own
   deadline, then raises WorkbookError (the hybrid then keeps IronCalc's values, warned).
-* **Restart on crash:** soffice dying is the server's business (next request restarts
-  it); the service dying (killed, OOM) leaves a stale socket: the next client removes it
+* **Restart on crash:** soffice dying is the server's business (it restarts soffice and
+  tries the request once more; a second death is answered ``crashed``, which the client
+  raises as EngineCrashed, never as the workbook's fault); the service dying (killed, OOM) leaves a stale socket: the next client removes it
   and starts a new service, under a lock file, so concurrent clients start only one.
 * **Idle exit:** the service exits after ``idle_s`` without a request (default 300 s).
 
