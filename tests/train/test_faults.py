@@ -295,3 +295,30 @@ def test_a_finished_sft_run_is_done_continues_with_more_steps_and_refuses_fewer(
     code, printed = _spreadrl(monkeypatch, capsys, shorter)
     assert code != 0 and "already trained 7 steps" in printed, printed
     assert len(_rows_of(out)) == 7
+
+
+def test_enospc_inside_the_sharded_optimizer_save_is_the_same_one_line(tmp_path, monkeypatch):
+    # torch.distributed.checkpoint reports a rank's write error wrapped in its own
+    # CheckpointException (a BaseException): the save still frees its folder and says why
+    import io
+
+    from spreadrl.train.checkpoint import CheckpointSaveError, save_checkpoint
+    from tests.train.test_checkpoint import _setup
+
+    model, opt, sched = _setup()
+    save_checkpoint(tmp_path, 1, model, None, opt, sched)
+    real_save = torch.save
+
+    def disk_full_in_dcp(obj, f, *a, **kw):
+        if isinstance(f, io.BytesIO):  # how dcp serialises the optimizer's non-tensor items
+            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+        return real_save(obj, f, *a, **kw)
+
+    monkeypatch.setattr(torch, "save", disk_full_in_dcp)
+    with pytest.raises(CheckpointSaveError) as failed:
+        save_checkpoint(tmp_path, 2, model, None, opt, sched)
+    message = str(failed.value)
+    assert "\n" not in message and "no space left on device" in message
+    assert "step-000001 is kept" in message
+    assert not list(tmp_path.glob(".tmp-*")) and not (tmp_path / "step-000002").exists()
+    assert latest_checkpoint(tmp_path).name == "step-000001"
