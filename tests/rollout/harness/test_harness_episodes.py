@@ -139,3 +139,36 @@ def test_a_rerendered_history_breaks_into_samples_that_share_the_advantage(tmp_p
     assert [s.advantage for s in samples] == [0.5, 0.5, -0.5, -0.5]
     (second,) = out.trajectories[0].metadata["harness_samples"]
     assert samples[1].ids == second["prompt_ids"] + second["response_ids"]
+
+
+def test_a_command_line_harness_gets_its_episode_from_the_environment(tmp_path, chat):
+    """The example agent run as a command (``python agent.py``): it reads the instruction,
+    workbook, endpoint and model from the environment and plays the episode."""
+    example = Path(__file__).resolve().parents[3] / "examples" / "harness" / "openai_agent.py"
+    runner = HarnessEpisodes(HarnessProgram.parse(f"python {example}"), EnvConfig())
+    assert runner.program.kind == "command"
+    policy = ScriptedTokenPolicy(chat.tokenizer, chat.fmt.stop_ids[0])
+    jobs = [EpisodeJob(workbook_task(tmp_path), 1, 0)]
+    out = runner(policy, None, jobs, RolloutConfig(max_turns=4), chat, run=RunValues(seed=1))
+    (traj,) = out.trajectories
+    assert traj.error is None, traj.traceback
+    # its own prompt, then the scripted call (an unknown tool to this agent), then the answer
+    assert traj.turns == 2 and traj.tool_calls == 1
+    assert traj.messages[0]["content"].startswith("You edit an Excel workbook")
+    assert "error:" in traj.messages[-2]["content"]
+
+
+@pytest.mark.parametrize(
+    ("spec", "message"),
+    [
+        ("", "rollout.harness is empty"),
+        ("missing/agent.py:run", "no file"),
+        ("no_such_module_here:run", "no module 'no_such_module_here'"),
+        (f"{AGENT}:not-a-name", "is not a function name"),
+    ],
+)
+def test_a_harness_that_cannot_be_found_is_one_config_error(spec, message):
+    from spreadrl.errors import ConfigError
+
+    with pytest.raises(ConfigError, match=message):
+        HarnessProgram.parse(spec)
