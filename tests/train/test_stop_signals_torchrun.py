@@ -33,6 +33,9 @@ from tests.train.test_grpo_options_cli import (
 )
 from tests.train.test_grpo_options_torchrun import GLOBAL
 
+# minutes of torchrun launches (eight, of two workers each): the heavy leg (make test-heavy)
+pytestmark = pytest.mark.heavy
+
 STEPS = 4
 SEED = ["seed=2"]  # as in test_grpo_options_torchrun.py: step 1 moves the weights
 
