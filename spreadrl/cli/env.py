@@ -160,8 +160,14 @@ def replay_command(
 
 @app.command("serve")
 def serve_command(
-    tasks: str = typer.Option(
-        ..., "--tasks", help="Task set: a folder, or builtin:SPLIT (e.g. builtin:demo-test)."
+    tasks: str | None = typer.Option(
+        None, "--tasks", help="Task set: a folder, or builtin:SPLIT (e.g. builtin:demo-test)."
+    ),
+    workbook: Path | None = typer.Option(
+        None,
+        "--workbook",
+        help="Production mode: serve the tools over this .xlsx (saved after each call) "
+        "instead of tasks.",
     ),
     tools: str = typer.Option("full", "--tools", help="Tool preset or comma-separated names."),
     host: str = typer.Option("127.0.0.1", "--host", help="Address to listen on."),
@@ -184,12 +190,16 @@ def serve_command(
       spreadrl env serve --tasks builtin:demo-test --tools write_range,inspect_range
 
       spreadrl env serve --tasks data/tasks --tools full --port 8001 --workers 4
+
+      spreadrl env serve --workbook budget.xlsx --tools full
     """
     from spreadrl.integrations.openenv_server import ServeOptions, serve
 
     config = EnvConfig(tools=tools, max_tool_calls=max_tool_calls)
 
     def announce() -> None:
-        typer.echo(f"serving {tasks} as an OpenEnv environment on ws://{host}:{port}/ws")
+        what = tasks if workbook is None else f"{workbook} (production mode)"
+        typer.echo(f"serving {what} as an OpenEnv environment on http://{host}:{port}")
 
-    serve(ServeOptions(tasks, config, workers, max_sessions), host, port, on_ready=announce)
+    options = ServeOptions(tasks, config, workers, max_sessions, workbook)
+    serve(options, host, port, on_ready=announce)

@@ -18,6 +18,12 @@ on, as a bad tool call does in the gym. ``state.tool_calls`` and
 so they agree with the final result; actions refused before a tool are
 ``state.rejected_actions``.
 
+Production mode (``spreadrl env serve --workbook book.xlsx``, :class:`UserWorkbook`)
+serves the same tools over a user's own workbook instead of a task: every session,
+on ``/mcp`` or over the WebSocket, reads and writes that one file (one call at a
+time; the file is saved after each call that succeeds), and there is no reward
+and no ``final_answer``.
+
 The action shape of spreadrl 0.1 (``{"name", "arguments"}`` and ``{"answer"}``)
 still works in this release and logs a deprecation line once per session; it
 goes in the next one.
@@ -35,9 +41,12 @@ import functools
 import itertools
 import json
 import logging
+import os
+import shutil
 import threading
 import uuid
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from fastapi import HTTPException
@@ -55,8 +64,9 @@ from openenv.core.env_server.mcp_types import (
 from openenv.core.env_server.types import Action, EnvironmentMetadata, Observation, State
 from pydantic import ConfigDict, Field
 
-from spreadrl.data.task import Task, TaskSet
-from spreadrl.env.types import EndReason, ToolCall
+from spreadrl.data.task import Task, TaskCase, TaskSet
+from spreadrl.env.config import EnvConfig
+from spreadrl.env.types import EndReason, StepResult, ToolCall
 from spreadrl.errors import SpreadrlError
 
 log = logging.getLogger(__name__)
@@ -176,15 +186,50 @@ class TaskPicker:
         return self.episodes[index % len(self.episodes)]
 
 
+class UserWorkbook:
+    """Production mode's workbook: a user's own .xlsx, open in one in-process gym episode
+    shared by every session; a call that succeeds saves the file (atomically)."""
+
+    def __init__(self, path: Path, config: EnvConfig) -> None:
+        from spreadrl.env.episode import SpreadsheetEnv
+
+        self.path = Path(path)
+        case = TaskCase(1, self.path, self.path)
+        task = Task(self.path.stem, "", "", "", (case,), self.path.parent, source="workbook")
+        self._env = SpreadsheetEnv(config)
+        self._lock = threading.Lock()
+        self.opening = self._env.reset(task, 1)
+
+    def call(self, name: str, arguments: dict[str, Any]) -> StepResult:
+        with self._lock:
+            result = self._env.step(ToolCall(name, arguments))
+            if result.ok and self._env.ctx is not None:
+                saved = self._env.ctx.book.save()
+                partial = self.path.with_name(f".{self.path.name}.spreadrl-tmp")
+                shutil.copyfile(saved, partial)
+                os.replace(partial, self.path)
+            return result
+
+    def overview(self) -> str:
+        with self._lock:
+            return self._env.overview()
+
+    def close(self) -> None:
+        with self._lock:
+            self._env.close()
+
+
 @dataclass(frozen=True)
 class GymInfo:
-    """What every session of the server shares: the tasks, the pool, the tool schemas."""
+    """What every session of the server shares: the tasks and the pool (simulation), or
+    the user's workbook (production); the tool schemas."""
 
-    picker: TaskPicker
+    picker: TaskPicker | None
     pool: Any
     schemas: tuple[dict[str, Any], ...]
     version: str
     readme: str | None = None
+    workbook: UserWorkbook | None = None
 
 
 def _arguments(raw: Any) -> dict[str, Any] | str:
@@ -234,7 +279,9 @@ class SpreadsheetEnvironment(MCPEnvironment):
 
     def __init__(self, gym: GymInfo) -> None:
         server = FastMCP("spreadrl-spreadsheet")
-        for schema in (*gym.schemas, ANSWER_SCHEMA):
+        production = gym.workbook is not None
+        schemas = gym.schemas if production else (*gym.schemas, ANSWER_SCHEMA)
+        for schema in schemas:
             tool = mcp_tool(schema)
             server.add_tool(
                 _GymTool(
@@ -246,8 +293,9 @@ class SpreadsheetEnvironment(MCPEnvironment):
                 )
             )
         super().__init__(server)
+        self._mode = "production" if production else "simulation"
         self._gym = gym
-        self._tools = [mcp_tool(s) for s in (*gym.schemas, ANSWER_SCHEMA)]
+        self._tools = [mcp_tool(s) for s in schemas]
         self._names = {t.name for t in self._tools}
         self._episode: str | None = None
         self._warned = False
@@ -278,7 +326,19 @@ class SpreadsheetEnvironment(MCPEnvironment):
         case: int | None = None,
         **_: Any,
     ) -> SpreadsheetObservation:
-        """Start an episode on ``task_id`` (case ``case``), else the set's next one."""
+        """Start an episode on ``task_id`` (case ``case``), else the set's next one; in
+        production mode, the user's workbook as it stands."""
+        if self._gym.workbook is not None:
+            book = self._gym.workbook
+            overview = book.overview()
+            self._state = SpreadsheetState(episode_id=episode_id or uuid.uuid4().hex)
+            return SpreadsheetObservation(
+                text=overview,
+                workbook_overview=overview,
+                tool_schemas=list(self._gym.schemas),
+                info={"workbook": book.path.name, "mode": "production"},
+            )
+        assert self._gym.picker is not None
         task, case_index = self._gym.picker.pick(task_id, case, seed)
         with self._lock:
             self._drop()
@@ -356,6 +416,8 @@ class SpreadsheetEnvironment(MCPEnvironment):
 
     def _call_tool(self, name: str, raw_arguments: Any) -> SpreadsheetToolObservation:
         arguments = _arguments(raw_arguments)
+        if self._gym.workbook is not None:
+            return self._production_call(name, arguments)
         with self._lock:
             if self._episode is None:
                 if self._state.end_reason == EndReason.MAX_TOOL_CALLS:  # the gym's own words
@@ -376,6 +438,20 @@ class SpreadsheetEnvironment(MCPEnvironment):
             if result.truncated:  # the budget is spent: the episode ends here, scored
                 return self._finish(None, name, last=result.observation, budget=True)
             return _tool_observation(name, result.observation, result.ok, {"tool": name})
+
+    def _production_call(
+        self, name: str, arguments: dict[str, Any] | str
+    ) -> SpreadsheetToolObservation:
+        """A tool call on the user's workbook: no episode, no budget, no reward."""
+        assert self._gym.workbook is not None
+        if isinstance(arguments, str):
+            return self._reject(arguments, name)
+        result = self._gym.workbook.call(name, arguments)
+        with self._lock:
+            self._state.step_count += 1
+            self._state.tool_calls += 1
+            self._state.tool_errors += 0 if result.ok else 1
+        return _tool_observation(name, result.observation, result.ok, {"tool": name})
 
     def _reject(
         self, message: str, tool: str | None, *, done: bool = False

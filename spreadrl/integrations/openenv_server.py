@@ -15,8 +15,9 @@ import functools
 import logging
 from collections.abc import Callable
 from contextlib import ExitStack
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from importlib import resources as package_files
+from pathlib import Path
 from typing import Any
 
 from spreadrl import __version__
@@ -30,12 +31,14 @@ log = logging.getLogger(__name__)
 
 @dataclass(frozen=True)
 class ServeOptions:
-    """What ``spreadrl env serve`` serves: the tasks, the gym's settings, the sessions."""
+    """What ``spreadrl env serve`` serves: the tasks (simulation mode) or a user's own
+    workbook (production mode), the gym's settings, the sessions."""
 
-    tasks: str
+    tasks: str | None
     env: EnvConfig
     workers: int = 2
     max_sessions: int = 64
+    workbook: Path | None = None
 
 
 def build_app(options: ServeOptions, resources: ExitStack) -> Any:
@@ -61,10 +64,15 @@ def build_app(options: ServeOptions, resources: ExitStack) -> Any:
         )
     if options.max_sessions < 1:
         raise SpreadrlError(f"--max-sessions must be at least 1, got {options.max_sessions}")
+    if (options.tasks is None) == (options.workbook is None):
+        raise SpreadrlError("env serve needs --tasks (simulation) or --workbook (production)")
     schemas = tuple(SpreadsheetEnv(options.env).schemas)  # a bad tool name fails here
-    picker = TaskPicker(resolve_tasks(options.tasks))
-    pool = resources.enter_context(make_env_pool(options.env, workers=options.workers))
-    gym = GymInfo(picker, pool, schemas, __version__, readme())
+    if options.workbook is not None:
+        gym = GymInfo(None, None, schemas, __version__, readme(), _workbook(options, resources))
+    else:
+        picker = TaskPicker(resolve_tasks(str(options.tasks)))
+        pool = resources.enter_context(make_env_pool(options.env, workers=options.workers))
+        gym = GymInfo(picker, pool, schemas, __version__, readme())
     # a partial of the class: openenv reads SUPPORTS_CONCURRENT_SESSIONS from it
     app = create_app(
         functools.partial(SpreadsheetEnvironment, gym),
@@ -75,6 +83,19 @@ def build_app(options: ServeOptions, resources: ExitStack) -> Any:
     )
     app.add_middleware(QuietClose)
     return app
+
+
+def _workbook(options: ServeOptions, resources: ExitStack) -> Any:
+    """Production mode's workbook, open until the server stops; no tool-call budget."""
+    from spreadrl.integrations.openenv_env import UserWorkbook
+
+    path = options.workbook
+    assert path is not None
+    if path.suffix.lower() != ".xlsx" or not path.is_file():
+        raise SpreadrlError(f"--workbook {path}: not an .xlsx file")
+    book = UserWorkbook(path, replace(options.env, max_tool_calls=2**31 - 1))
+    resources.callback(book.close)
+    return book
 
 
 class QuietClose:

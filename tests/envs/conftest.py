@@ -43,14 +43,18 @@ def free_port() -> int:
 
 
 @contextmanager
-def env_server(tasks: Path, *extra: str, tools: str = TOOLS) -> Iterator[str]:
-    """``spreadrl env serve`` in a subprocess; yields its http URL once /health answers."""
+def env_server(
+    tasks: Path | None, *extra: str, tools: str = TOOLS, log_dir: Path | None = None
+) -> Iterator[str]:
+    """``spreadrl env serve`` in a subprocess (over ``tasks``, else as ``extra`` says);
+    yields its http URL once /health answers."""
     port = free_port()
-    command = [sys.executable, "-m", "spreadrl", "env", "serve", "--tasks", str(tasks)]
+    command = [sys.executable, "-m", "spreadrl", "env", "serve"]
+    command += ["--tasks", str(tasks)] if tasks is not None else []
     command += ["--tools", tools, "--port", str(port), *extra]
     env = {**os.environ, "PYTHONPATH": f"{ROOT}{os.pathsep}{os.environ.get('PYTHONPATH', '')}"}
     # the server's output goes to a file: an unread pipe fills up and blocks the server
-    log = tasks.parent / f"env-serve-{port}.log"
+    log = (log_dir or tasks.parent) / f"env-serve-{port}.log"
     with log.open("wb") as out:
         process = subprocess.Popen(command, env=env, stdout=out, stderr=subprocess.STDOUT)
     url = f"http://127.0.0.1:{port}"

@@ -13,7 +13,7 @@ import httpx
 import pytest
 
 from spreadrl.data.task import load_tasks
-from tests.envs.conftest import ROOT
+from tests.envs.conftest import ROOT, env_server
 
 pytestmark = pytest.mark.envs
 
@@ -237,3 +237,33 @@ def test_closing_sessions_logs_no_traceback(openenv_url, tasks_dir):
     port = openenv_url.rsplit(":", 1)[1]
     log = (tasks_dir.parent / f"env-serve-{port}.log").read_text()
     assert "Traceback" not in log and "ERROR" not in log, log[-3000:]
+
+
+def test_production_mode_serves_the_tools_over_a_users_own_workbook(tmp_path):
+    """`env serve --workbook`: OpenEnv's MCP client writes a formula into a real .xlsx,
+    recalculates it through the gym, and the file on disk holds the edit."""
+    import openpyxl
+    from openenv.core.mcp_client import MCPToolClient
+
+    book = tmp_path / "book.xlsx"
+    wb = openpyxl.Workbook()
+    wb.active.title = "Data"
+    wb.active["A1"], wb.active["A2"] = 2, 3
+    wb.save(book)
+
+    async def session(url: str) -> tuple[list[str], str, str]:
+        async with MCPToolClient(base_url=url) as env:
+            names = [t.name for t in await env.list_tools()]
+            wrote = await env.call_tool("write_range", range="Data!A3", values=[["=A1+A2"]])
+            value = await env.call_tool("recalculate_and_read", ranges=["Data!A3"])
+            return names, wrote, value
+
+    tools = "write_range,inspect_range,recalculate_and_read"
+    with env_server(None, "--workbook", str(book), tools=tools, log_dir=tmp_path) as url:
+        names, wrote, value = asyncio.run(session(url))
+        assert openpyxl.load_workbook(book)["Data"]["A3"].value == "=A1+A2"
+        reset = httpx.post(f"{url}/reset", json={}, timeout=30).json()["observation"]
+    assert names == ["write_range", "inspect_range", "recalculate_and_read"]  # no final_answer
+    assert "Error" not in wrote
+    assert "5" in value, value
+    assert reset["info"] == {"workbook": "book.xlsx", "mode": "production"}
