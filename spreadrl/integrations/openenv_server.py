@@ -13,8 +13,8 @@ from __future__ import annotations
 
 import functools
 import logging
-from collections.abc import Callable
-from contextlib import ExitStack
+from collections.abc import AsyncIterator, Callable
+from contextlib import ExitStack, asynccontextmanager
 from dataclasses import dataclass, replace
 from importlib import resources as package_files
 from pathlib import Path
@@ -82,7 +82,42 @@ def build_app(options: ServeOptions, resources: ExitStack) -> Any:
         max_concurrent_envs=options.max_sessions,
     )
     app.add_middleware(QuietClose)
+    if gym.workbook is not None:
+        _speak_mcp(app, SpreadsheetEnvironment(gym).mcp_server)
     return app
+
+
+def _speak_mcp(app: Any, server: Any) -> None:
+    """MCP's own transport (streamable HTTP: ``initialize``, then ``tools/list`` and
+    ``tools/call``) on ``/mcp`` beside OpenEnv's JSON-RPC there, so any MCP client can use
+    production mode's tools. MCP clients accept ``text/event-stream``; OpenEnv's do not,
+    which tells the two apart. The MCP app's session manager runs in the app's lifespan."""
+    mcp_app = server.http_app(path="/mcp", stateless_http=True, json_response=True)
+    outer = app.router.lifespan_context
+
+    @asynccontextmanager
+    async def lifespan(owner: Any) -> AsyncIterator[Any]:
+        async with outer(owner) as state, mcp_app.router.lifespan_context(mcp_app):
+            yield state
+
+    app.router.lifespan_context = lifespan
+    app.add_middleware(McpTransport, mcp_app=mcp_app)
+
+
+class McpTransport:
+    """Sends MCP clients' requests on ``/mcp`` to the MCP app (see :func:`_speak_mcp`)."""
+
+    def __init__(self, app: Any, mcp_app: Any) -> None:
+        self.app = app
+        self.mcp_app = mcp_app
+
+    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+        if scope["type"] == "http" and scope["path"].rstrip("/") == "/mcp":
+            accept = dict(scope.get("headers") or []).get(b"accept", b"")
+            if b"text/event-stream" in accept or scope["method"] in ("GET", "DELETE"):
+                await self.mcp_app(scope, receive, send)
+                return
+        await self.app(scope, receive, send)
 
 
 def _workbook(options: ServeOptions, resources: ExitStack) -> Any:

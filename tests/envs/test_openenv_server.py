@@ -13,7 +13,7 @@ import httpx
 import pytest
 
 from spreadrl.data.task import load_tasks
-from tests.envs.conftest import ROOT, env_server
+from tests.envs.conftest import ROOT, TOOLS, env_server
 
 pytestmark = pytest.mark.envs
 
@@ -267,3 +267,41 @@ def test_production_mode_serves_the_tools_over_a_users_own_workbook(tmp_path):
     assert "Error" not in wrote
     assert "5" in value, value
     assert reset["info"] == {"workbook": "book.xlsx", "mode": "production"}
+
+
+def test_production_mode_answers_the_mcp_packages_own_client(tmp_path):
+    """MCP's reference client (the `mcp` package: streamable HTTP, initialize first) lists
+    the tools with the gym's schemas and edits the workbook on disk."""
+    import openpyxl
+    from mcp import ClientSession
+    from mcp.client.streamable_http import streamable_http_client
+
+    from spreadrl.env.tools import tool_schemas
+
+    book = tmp_path / "book.xlsx"
+    wb = openpyxl.Workbook()
+    wb.active.title = "Data"
+    wb.active["A1"] = 7
+    wb.save(book)
+
+    async def session(url: str) -> tuple[dict, str, bool]:
+        async with streamable_http_client(f"{url}/mcp") as streams:  # mcp 1.x: 3, 2.x: 2
+            read, write = streams[0], streams[1]
+            async with ClientSession(read, write) as mcp:
+                await mcp.initialize()
+                # by MCP's wire names: mcp 2.x renamed the attributes (input_schema)
+                tools = [t.model_dump(by_alias=True) for t in (await mcp.list_tools()).tools]
+                listed = {t["name"]: t["inputSchema"] for t in tools}
+                wrote = await mcp.call_tool(
+                    "write_range", {"range": "Data!B1", "values": [["=A1*6"]]}
+                )
+                bad = await mcp.call_tool("write_range", {"range": 12})
+                bad_error = bad.model_dump(by_alias=True)["isError"]
+                return listed, wrote.content[0].text, bad_error
+
+    with env_server(None, "--workbook", str(book), log_dir=tmp_path) as url:
+        listed, wrote, bad_is_error = asyncio.run(session(url))
+    expected = {s["function"]["name"]: s["function"]["parameters"] for s in tool_schemas(TOOLS)}
+    assert listed == expected
+    assert "Error" not in wrote and bad_is_error
+    assert openpyxl.load_workbook(book)["Data"]["B1"].value == "=A1*6"
