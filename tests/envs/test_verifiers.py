@@ -67,17 +67,23 @@ def scripted_endpoint(replies: list[str]) -> Iterator[str]:
         thread.join(timeout=10)
 
 
-def vf_eval(tmp: Path, base_url: str, task_id: str, client: str, model: str) -> dict:
-    """Run vf-eval (a subprocess, as a user would) and return the task's rewards."""
+def vf_eval(
+    tmp: Path, base_url: str, task_id: str, client: str, model: str, taskset: str = ""
+) -> dict:
+    """Run vf-eval (a subprocess, as a user would) and return the task's rewards; the
+    taskset is the Hub module unless ``taskset`` gives another's TOML lines."""
     tmp.mkdir(parents=True, exist_ok=True)
     config = tmp / "eval.toml"
-    config.write_text(
-        f'model = "{model}"\n'
-        "[env.taskset]\n"
+    taskset = taskset or (
         'id = "spreadrl-spreadsheet-gym"\n'
         f'base_url = "{base_url}"\n'
         f'task_ids = ["{task_id}"]\n'
         "max_turns = 4\n"
+    )
+    config.write_text(
+        f'model = "{model}"\n'
+        "[env.taskset]\n"
+        f"{taskset}"
         "[env.player.harness]\n"
         'id = "null"\n'  # verifiers' plain chat harness
         "[env.player.runtime]\n"
@@ -165,3 +171,21 @@ def test_verifiers_and_spreadrl_openenv_import_together():
 
     assert verifiers.__version__.startswith("0.4")
     assert claimed_openenv().specifier.contains(metadata.version("openenv"))
+
+
+def test_verifiers_own_openenv_taskset_scores_the_reference_solution_one(
+    openenv_url, tasks_dir, tmp_path
+):
+    """verifiers' built-in OpenEnv taskset (id "openenv"), with nothing of spreadrl's
+    module: it reads the action schema, and the replies are MCP call_tool actions."""
+    task = load_tasks(tasks_dir).tasks[2]
+    calls = task.case(1).load_solution()
+    replies = [
+        json.dumps({"type": "call_tool", "tool_name": c["name"], "arguments": c["arguments"]})
+        for c in calls
+    ]
+    final = {"type": "call_tool", "tool_name": "final_answer", "arguments": {"answer": "ok"}}
+    taskset = f'id = "openenv"\nbase_url = "{openenv_url}"\nresets = [{{task_id = "{task.id}"}}]\n'
+    with scripted_endpoint([*replies, json.dumps(final)]) as client:
+        rewards = vf_eval(tmp_path / "builtin", openenv_url, task.id, client, "scripted", taskset)
+    assert rewards == {"openenv_reward": 1.0}
