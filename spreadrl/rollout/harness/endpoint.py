@@ -254,7 +254,9 @@ class CaptureEndpoint:
         # one call, one budget (the largest); each turn is clipped to its own after
         budget = max(r.budget for r in batch)
         params = sampling_params(self.cfg, seed=self.run.seed, max_new_tokens=budget)
-        seeds = [r.seed for r in batch] if self.policy.seeds_per_context else None
+        # each call's own seed, as the built-in loop seeds the turn (hf per row, vLLM per
+        # request as its episode scheduler does): a call's tokens do not depend on its batch
+        seeds = [r.seed for r in batch] if all(r.seed is not None for r in batch) else None
         t0 = time.perf_counter()
         try:
             turns = self.policy.act([r.context for r in batch], params, seeds=seeds)

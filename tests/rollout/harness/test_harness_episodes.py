@@ -172,3 +172,44 @@ def test_a_harness_that_cannot_be_found_is_one_config_error(spec, message):
 
     with pytest.raises(ConfigError, match=message):
         HarnessProgram.parse(spec)
+
+
+def test_vllm_through_the_endpoint_is_seeded_as_its_episode_scheduler_seeds(
+    tmp_path, chat, monkeypatch
+):
+    """The vllm policy (the signature-checked fake engine) behind the endpoint: each call
+    gets the seed the built-in loop's episode scheduler gives that turn, so the same
+    seeds draw the same tokens; here the fake's log-probs are a function of the seed."""
+    from spreadrl.rollout.vllm_policy import VLLMPolicy
+    from tests.rollout import fake_vllm
+    from tests.rollout.harness.scripted import CALL
+
+    tok = chat.tokenizer
+    fake_vllm.install(monkeypatch)
+
+    class Engine(fake_vllm.FakeLLM):
+        def complete(self, prompt_ids, params):
+            seen = tok.decode(prompt_ids, skip_special_tokens=False)
+            text = "Done: 42 is in A1." if "<tool_response>" in seen else CALL
+            ids = tok.encode(text, add_special_tokens=False) + [chat.fmt.stop_ids[0]]
+            logprobs = [-((params.seed + i) % 997) / 997 for i in range(len(ids))]
+            return fake_vllm.finish_like_vllm(ids, logprobs, params, eos=ids[-1])
+
+    task = workbook_task(tmp_path)
+    jobs = [EpisodeJob(task, 1, s) for s in range(3)]
+    cfg, run = RolloutConfig(max_turns=4), RunValues(seed=11)
+    built_in = run_episodes(
+        VLLMPolicy("m", llm=Engine("m")), FakePool(), jobs, cfg, chat, run=run
+    ).trajectories
+    through = harness("run", tmp_path)(
+        VLLMPolicy("m", llm=Engine("m")), None, jobs, cfg, chat, run=run
+    ).trajectories
+    for a, b in zip(built_in, through, strict=True):
+        assert b.error is None, b.traceback
+        assert a.turns == b.turns == 2
+        assert (b.prompt_ids, b.response_ids, b.response_mask) == (
+            a.prompt_ids,
+            a.response_ids,
+            a.response_mask,
+        )
+        assert b.rollout_logprobs == a.rollout_logprobs
