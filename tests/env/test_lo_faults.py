@@ -214,3 +214,31 @@ def test_the_socket_names_the_install_and_the_service_refuses_another_installs_r
         src, tmp_path / "y.xlsx"
     )
     assert (tmp_path / "y.xlsx").read_bytes() == b"workbook"
+
+
+@needs_libreoffice
+def test_the_service_retries_a_dead_soffice_and_relays_a_second_death(tmp_path, monkeypatch):
+    # the machine's service drives the same server: a client sees the retry succeed,
+    # and a death twice over arrives as EngineCrashed, not as "could not recalculate"
+    from spreadrl.env.recalc.ironcalc_engine import read_cached
+
+    sock = tmp_path / "lo.sock"
+    server = LibreOfficeServer(SOFFICE, uno_python())
+    ready = threading.Event()
+    threading.Thread(
+        target=lo_service.serve, args=(sock, server), kwargs={"ready": ready}, daemon=True
+    ).start()
+    assert ready.wait(10)
+    client = lo_service.ServiceClient(SOFFICE, uno_python(), timeout_s=60, path=sock)
+    src = _text_book(tmp_path / "w.xlsx")
+    kills = KillSoffice(monkeypatch, at={1, 3, 4})
+    try:
+        client.convert(src, tmp_path / "a.xlsx")  # killed under it, retried
+        with pytest.raises(EngineCrashed):
+            client.convert(src, tmp_path / "b.xlsx")  # killed under it and its retry
+        client.convert(src, tmp_path / "c.xlsx")  # a fresh soffice serves the next one
+    finally:
+        server.close()
+    assert len(kills.killed) == 3
+    assert read_cached(tmp_path / "a.xlsx")["Sheet"]["B1"] == "$1,235"
+    assert read_cached(tmp_path / "c.xlsx")["Sheet"]["B1"] == "$1,235"
