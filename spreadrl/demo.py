@@ -28,9 +28,9 @@ from spreadrl.models.init import init_model, load_model_and_tokenizer
 from spreadrl.models.tokenizer import default_corpus, train_tokenizer
 from spreadrl.rollout.chat import EpisodeChat
 from spreadrl.rollout.config import RolloutConfig
-from spreadrl.rollout.hf_policy import HFPolicy
+from spreadrl.rollout.engines.hf import HFPolicy
+from spreadrl.rollout.engines.scripted import OraclePolicy
 from spreadrl.rollout.runner import EpisodeJob, run_episodes
-from spreadrl.rollout.scripted import OraclePolicy
 from spreadrl.rollout.types import RunValues
 from spreadrl.run_folder import RunIdentity, claim_run_folder, read_record, remove_owned
 from spreadrl.train.config import GRPOConfig, SFTConfig

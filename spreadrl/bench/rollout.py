@@ -54,7 +54,7 @@ def episode_rates(
     from spreadrl.models.init import load_model_and_tokenizer
     from spreadrl.rollout.chat import EpisodeChat
     from spreadrl.rollout.config import RolloutConfig
-    from spreadrl.rollout.hf_policy import HFPolicy
+    from spreadrl.rollout.engines.hf import HFPolicy
     from spreadrl.rollout.runner import EpisodeJob, RunValues, run_episodes
 
     rows: list[tuple[str, ...]] = []
@@ -144,7 +144,7 @@ def against_generate(
     threads (0: its default). Returns per-call wall and CPU seconds, tokens/s (wall, and
     per CPU second) and each run's ratios to ``generate``."""
     from spreadrl.models.init import load_model_and_tokenizer
-    from spreadrl.rollout.hf_policy import HFPolicy
+    from spreadrl.rollout.engines.hf import HFPolicy
     from spreadrl.rollout.types import SamplingParams
 
     if threads > 0:

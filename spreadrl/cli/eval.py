@@ -10,6 +10,8 @@ import typer
 from spreadrl.cli.console import plain
 from spreadrl.cli.eval_run import EngineSpec, EvalSpec, run_eval_command
 from spreadrl.errors import SpreadrlError
+from spreadrl.rollout.engine import engine_can
+from spreadrl.rollout.engines import ENGINES
 
 if TYPE_CHECKING:
     from spreadrl.train.config import GRPOConfig
@@ -78,7 +80,7 @@ def evaluate(
     model: str = typer.Option(
         None, help="Model folder or name (hf, vllm, openai); default: the recipe's model."
     ),
-    backend: str = typer.Option(None, help="hf | vllm | openai | oracle | noop (default hf)."),
+    backend: str = typer.Option(None, help=f"{' | '.join(ENGINES)} (default hf)."),
     tasks: str = typer.Option(
         None,
         help="Task folder (native layout) or builtin:<split>; default: the recipe's eval.tasks "
@@ -130,7 +132,7 @@ def evaluate(
     flags = flag_overrides(**given)
     cfg = load_eval_recipe(config, [*flags, *(overrides or [])])
     backend = backend or "hf"
-    if model is None and config is not None and backend in ("hf", "vllm", "openai"):
+    if model is None and config is not None and engine_can(backend, "needs_model"):
         model = cfg.model.name_or_path
     spec = EvalSpec(
         model=model,

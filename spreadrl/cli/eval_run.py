@@ -138,17 +138,17 @@ def _run(
     """Load the policy and the gym, record the settings, run every episode; the report."""
     from spreadrl.env.factory import make_env_pool
     from spreadrl.eval.runner import engine_context_tokens, run_eval, save_eval_config
-    from spreadrl.rollout.backends import load_policy
+    from spreadrl.rollout.engine import LoadSpec, load_policy
     from spreadrl.rollout.types import RunValues
 
-    policy, tokenizer = load_policy(
-        spec.backend,
+    load = LoadSpec(
         spec.model,
         device=engine.device,
         base_url=engine.base_url,
         max_batch_size=engine.batch_size,
         max_model_len=engine_context_tokens(cfg.data.max_prompt_tokens, cfg.rollout),
     )
+    policy, tokenizer = load_policy(spec.backend, load)
     max_prompt = cfg.data.max_prompt_tokens
     with make_env_pool(cfg.env, workers=cfg.rollout.concurrency) as pool:
         save_eval_config(

@@ -70,7 +70,7 @@ def plan(
 
 def _plan_table(title: str, cfg: GRPOConfig, result: Plan, shape: str | None) -> Table:
     """The plan as one table: the components, each phase's peak and verdict, the host
-    memory, vLLM's KV tokens and the checkpointing that fits, then the times."""
+    memory, the engine's lines (vLLM's KV tokens) and the checkpointing that fits, then the times."""
     from rich.table import Table
 
     table = Table(title=f"{title}: per GPU")
@@ -93,14 +93,8 @@ def _plan_table(title: str, cfg: GRPOConfig, result: Plan, shape: str | None) ->
             f"{result.host_gib:.1f}",
             "per process: weights, gradients, AdamW state, KL reference (model.cpu_offload)",
         )
-    if cfg.rollout.backend == "vllm":
-        table.add_row(
-            "vLLM KV tokens",
-            f"{result.kv_tokens:,}",
-            f"{result.kv_tokens / max(1, result.max_model_len):.1f} sequences of "
-            f"{result.max_model_len}; vllm_gpu_memory_utilization fits up to "
-            f"{result.largest_utilization:.2f}",
-        )
+    for row in result.engine_lines:  # the rollout engine's own figures (vLLM: KV tokens)
+        table.add_row(*row)
     if cfg.model.gradient_checkpointing:
         from spreadrl.train.plan import (
             largest_checkpoint_every,

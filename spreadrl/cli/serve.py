@@ -81,7 +81,7 @@ def serve(
 ) -> None:
     import logging
 
-    from spreadrl.rollout.backends import load_policy
+    from spreadrl.rollout.engine import LoadSpec, load_policy
     from spreadrl.serve.context import context_tokens, recipe_preset, served_model_id
     from spreadrl.serve.listen import bind
     from spreadrl.serve.schemas import ServeSettings
@@ -90,7 +90,7 @@ def serve(
     preset = preset or recipe_preset(model) or "full"
     sock = bind(host, port)  # before the model loads: a taken port fails at once
     try:
-        _check_preset_and_model(preset, model, backend)  # and before torch loads
+        _check_preset_and_model(preset, model)  # and before torch loads
     except BaseException:
         sock.close()
         raise
@@ -109,7 +109,8 @@ def serve(
         env_workers=env_workers,
     )
     try:
-        policy, tokenizer = load_policy(backend, model, device=device, max_model_len=max_model_len)
+        spec = LoadSpec(model, device=device, max_model_len=max_model_len)
+        policy, tokenizer = load_policy(backend, spec)
     except BaseException:
         sock.close()
         raise
@@ -118,8 +119,9 @@ def serve(
     )
 
 
-def _check_preset_and_model(preset: str, model: str, backend: str) -> None:
-    """An unknown tool, or an hf model folder that is not there: one line before torch loads."""
+def _check_preset_and_model(preset: str, model: str) -> None:
+    """An unknown tool, or a model folder that is not there (every served engine loads
+    --model from a folder or the Hub): one line before torch loads."""
     from spreadrl.env.tools import resolve_tools
 
     try:
@@ -127,7 +129,7 @@ def _check_preset_and_model(preset: str, model: str, backend: str) -> None:
     except SpreadrlError as exc:
         raise SpreadrlError(f"--preset {preset!r}: {exc}") from exc
     looks_local = model.startswith((".", "/", "~")) or model.count("/") != 1
-    if backend == "hf" and looks_local and not Path(model).expanduser().exists():
+    if looks_local and not Path(model).expanduser().exists():
         raise SpreadrlError(
             f"--model {model}: no such model folder (and not a Hub id such as Qwen/Qwen3-4B)"
         )
@@ -136,8 +138,11 @@ def _check_preset_and_model(preset: str, model: str, backend: str) -> None:
 def _check_serve_flags(backend: str, view: Path | None, work_dir: Path | None) -> None:
     """Refuse a bad backend, a missing serve extra, a --view that is not a folder or a
     --work-dir that cannot be one: each in one line, before the port and the model."""
-    if backend not in ("hf", "vllm"):
-        raise SpreadrlError(f"--backend must be hf or vllm, got {backend!r}")
+    from spreadrl.rollout.engines import engines_that
+
+    served = engines_that("serves")  # read off the registry: nothing is imported
+    if backend not in served:
+        raise SpreadrlError(f"--backend must be {' or '.join(served)}, got {backend!r}")
     from importlib.util import find_spec
 
     # the serve extra, found without importing it (the app's imports load transformers)

@@ -30,17 +30,21 @@ def use_expandable_segments(
     """Turn on the allocator's expandable segments for this (trainer) process.
 
     Left alone when the user set ``PYTORCH_CUDA_ALLOC_CONF`` (any value, also to
-    turn this off), and when a vLLM engine would run inside this process
-    (``VLLM_ENABLE_V1_MULTIPROCESSING=0``): vLLM's sleep-mode allocator
-    (``CuMemAllocator``) refuses expandable segments in the process that holds it.
-    An engine in its own process must not inherit the setting either:
+    turn this off), and when the rollout engine ``rollout_backend`` says no
+    (:meth:`~spreadrl.rollout.engine.RolloutEngine.allows_expandable_segments`: a vLLM
+    engine inside this process, ``VLLM_ENABLE_V1_MULTIPROCESSING=0``, whose sleep-mode
+    allocator refuses expandable segments in the process that holds it; None: no
+    engine). An engine in its own process must not inherit the setting either:
     :func:`engine_allocator_env` takes it out for the spawn. Call before CUDA is
     initialised (the allocator reads it once). Returns whether it was set."""
     env = os.environ if environ is None else environ
     if ALLOC_CONF in env:
         return False
-    if rollout_backend == "vllm" and env.get("VLLM_ENABLE_V1_MULTIPROCESSING", "1") == "0":
-        return False
+    if rollout_backend is not None:
+        from spreadrl.rollout.engine import engine_class
+
+        if not engine_class(rollout_backend).allows_expandable_segments(env):
+            return False
     env[ALLOC_CONF] = EXPANDABLE
     env[SET_BY_SPREADRL] = "1"
     return True

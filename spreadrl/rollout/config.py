@@ -15,6 +15,7 @@ from typing import Literal, get_args, get_type_hints
 
 from spreadrl.config import Section, option
 from spreadrl.errors import ConfigError
+from spreadrl.rollout.engines import ENGINES
 
 DEFAULT_SYSTEM_PROMPT = (
     "You are a spreadsheet agent. A workbook is open for you to edit with the tools below. "
@@ -25,7 +26,11 @@ DEFAULT_SYSTEM_PROMPT = (
 
 @dataclass(frozen=True)
 class RolloutConfig(Section):
-    backend: Literal["hf", "vllm"] = option("hf", "Rollout engine: transformers or colocated vLLM.")
+    backend: str = option(
+        "hf",
+        "Rollout engine, by name (spreadrl.rollout.engines.ENGINES): hf (transformers, the "
+        "trainer's own model) or vllm (a colocated engine of its own).",
+    )
     hf_static_cache: bool = option(
         False,
         "hf: transformers' static KV cache, with generate compiling the decode step into CUDA "
@@ -116,6 +121,11 @@ class RolloutConfig(Section):
         # (serve, tests) is checked here, where the loop would otherwise meet the typo
         for name in _CHOICES:
             _check_choice(self, name)
+        if self.backend not in ENGINES:  # which engine can train is the engine's to say
+            raise ConfigError(
+                f"rollout.backend: {self.backend!r} is not allowed; choose one of "
+                + ", ".join(map(repr, ENGINES))
+            )
         if self.group_size < 2:
             raise ConfigError(
                 f"rollout.group_size must be at least 2 for GRPO, got {self.group_size}"
@@ -155,7 +165,6 @@ class RolloutConfig(Section):
 
 
 _CHOICES = (
-    "backend",
     "weight_sync",
     "extra_calls",
     "calls_in_reasoning",

@@ -1,6 +1,6 @@
 """A KV-cache layer written in place, for the hf backend's ``generate``.
 
-Shared by :mod:`spreadrl.rollout.hf_policy` (every generation's cache) and
+Shared by :mod:`spreadrl.rollout.engines.hf` (every generation's cache) and
 :mod:`spreadrl.rollout.cascade` (whose per-row suffix buffers are these).
 """
 

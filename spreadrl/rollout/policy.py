@@ -12,10 +12,10 @@ Every member the loop reads is declared here, so the loop reads them as they
 are (``policy.max_context_tokens``) and never asks whether a policy happens to
 have one. ``token_level`` says whether a policy is a token or a message policy
 (:func:`is_token_level`), ``streaming`` whether a token policy streams
-(:func:`is_streaming`). Policies are built by
-:func:`spreadrl.rollout.backends.load_policy` (by backend name, from a checkpoint)
-or, in training, around the trainer's own model
-(``spreadrl.train.rollout_backend.build_rollout_policy``; its docstring says why not one builder).
+(:func:`is_streaming`). Policies are built by the rollout engines
+(:mod:`spreadrl.rollout.engine`): from a checkpoint for eval and serve
+(:func:`~spreadrl.rollout.engine.load_policy`), or, in training, around the
+trainer's own model (:meth:`~spreadrl.rollout.engine.RolloutEngine.start`).
 """
 
 from __future__ import annotations

@@ -30,18 +30,12 @@ docs/async.md says why it is always on in asynchronous mode.
 from __future__ import annotations
 
 import math
-import shutil
-import tempfile
 import threading
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Generic, Literal, TypeVar
 
-import torch
-
-from spreadrl.rollout.colocate import FilesSync
 from spreadrl.rollout.policy import (
     Contexts,
     Seeds,
@@ -50,7 +44,6 @@ from spreadrl.rollout.policy import (
     is_streaming,
 )
 from spreadrl.rollout.types import PolicyTurn, SamplingParams, Trajectory
-from spreadrl.rollout.vllm_policy import VLLMPolicy
 from spreadrl.train.batching import Sample
 
 T = TypeVar("T")
@@ -265,49 +258,6 @@ def behaviour_weight_metrics(samples: Sequence[Sample], cap: float) -> dict[str,
     if not total:
         return {}
     return {"behaviour_weight_mean": weight_sum / total, "behaviour_weight_capped": capped / total}
-
-
-def snapshot_weights(model: torch.nn.Module) -> dict[str, torch.Tensor]:
-    """A copy of ``model``'s state dict, taken at a step boundary in the trainer's thread,
-    so the producer loads consistent weights while the trainer goes on updating."""
-    return {name: t.detach().clone() for name, t in model.state_dict().items()}
-
-
-def weight_loader(copy: torch.nn.Module) -> Callable[[object], None]:
-    """``apply`` for the hf producer: loads a :func:`snapshot_weights` into its own copy."""
-
-    def apply(payload: object) -> None:
-        if not isinstance(payload, dict):
-            raise TypeError(f"the hf producer loads a state dict, got {type(payload).__name__}")
-        with torch.no_grad():
-            copy.load_state_dict(payload)
-
-    return apply
-
-
-class FilesReload:
-    """The vLLM producer's weight sync: the trainer writes a folder (:meth:`write`, its
-    thread, at a step boundary), the producer reloads it between engine steps
-    (:meth:`__call__`, its thread) and removes it."""
-
-    def __init__(self, policy: VLLMPolicy, files: FilesSync) -> None:
-        self.policy = policy
-        self.files = files
-
-    def write(self, model: torch.nn.Module) -> str:
-        folder = Path(tempfile.mkdtemp(prefix="spreadrl-async-", dir=self.files.root))
-        self.files.write(model, folder)
-        return str(folder)
-
-    def __call__(self, payload: object) -> None:
-        try:
-            self.policy.llm.collective_rpc("reload_weights", kwargs={"weights_path": str(payload)})
-        finally:
-            self.discard(payload)
-
-    @staticmethod
-    def discard(payload: object) -> None:
-        shutil.rmtree(str(payload), ignore_errors=True)
 
 
 @dataclass

@@ -1,12 +1,15 @@
-"""Asynchronous GRPO inside the recipe: which producer a run gets, how weights reach it,
-what a step logs. The producer itself is :mod:`spreadrl.train.async_rollouts`.
+"""Asynchronous GRPO inside the recipe: the producer, the weight hand-over, what a step
+logs. The producer itself is :mod:`spreadrl.train.async_rollouts`.
 
-- hf backend: the producer samples with its own copy of the model (a deep copy
+The rollout engine says how the producer samples and how the trainer's weights
+reach it (:meth:`spreadrl.rollout.engine.RolloutEngine.producer`):
+
+- hf engine: the producer samples with its own copy of the model (a deep copy
   of the trainer's at start, without gradients), loaded from a snapshot of the
   trainer's weights at each step boundary. Memory: one more copy of the weights,
   plus a snapshot in flight (at most one: a newer one replaces it), so up to
   2 x the weights beside the trainer's model, gradients and optimizer state.
-- vLLM backend: the engine's own processes sample; it is not put to sleep between
+- vLLM engine: the engine's own processes sample; it is not put to sleep between
   steps. The trainer writes its weights as safetensors shards to shared memory
   (the ``files`` sync) at each step boundary; the producer reloads them in place
   between two engine steps, so requests still running continue under the new
@@ -15,28 +18,23 @@ what a step logs. The producer itself is :mod:`spreadrl.train.async_rollouts`.
 
 from __future__ import annotations
 
-import copy
 import time
 from collections.abc import Callable
 
 import torch
 from transformers import PreTrainedTokenizerBase
 
-from spreadrl.rollout.colocate import ColocatedRollouts, FilesSync
 from spreadrl.rollout.config import RolloutConfig
-from spreadrl.rollout.hf_policy import HFPolicy
+from spreadrl.rollout.engine import RolloutEngine
 from spreadrl.rollout.policy import Policy
 from spreadrl.rollout.types import Trajectory
 from spreadrl.train.async_rollouts import (
     AsyncRollouts,
-    FilesReload,
     behaviour_weight_metrics,
     finish_versions,
-    snapshot_weights,
     staleness,
     stamp_samples,
     versioned,
-    weight_loader,
 )
 from spreadrl.train.batching import Sample
 from spreadrl.train.held_out import HeldOut
@@ -55,7 +53,7 @@ class AsyncSteps:
         max_staleness: int,
         tis_cap: float,
         held_out: HeldOut,
-        eval_policy: Policy,
+        eval_engine: RolloutEngine,
     ) -> None:
         self.producer = producer
         self._publish = publish
@@ -63,7 +61,7 @@ class AsyncSteps:
         self.tis_cap = tis_cap
         self.staleness: list[int] = []  # every trained sample's, over the run
         self._held_out = held_out
-        self._eval_policy = eval_policy  # the trainer's own model: the engine is the producer's
+        self._eval_engine = eval_engine  # the producer's engine is the producer's alone
 
     @classmethod
     def start(
@@ -71,11 +69,10 @@ class AsyncSteps:
         rollout: RolloutConfig,
         model: torch.nn.Module,
         tokenizer: PreTrainedTokenizerBase,
-        colocated: ColocatedRollouts | None,
+        engine: RolloutEngine,
         collect: Callable[[Policy, int], StepRollouts],
         sampler_state: Callable[[], dict[str, object]],
         held_out: HeldOut,
-        rollout_policy: Policy,
         *,
         steps: int,
         start: int,
@@ -85,51 +82,30 @@ class AsyncSteps:
         """Build and start the producer for steps ``start + 1 .. steps``, at most
         ``rollout.max_staleness`` versions ahead.
 
-        ``colocated``: the vLLM engine (None: the hf backend, sampling with a copy of
-        ``model``); ``rollout_policy``: the policy the synchronous loop would sample with (the
-        engine, or the hf policy over ``model``); ``collect(policy, step)``: one step's
-        rollouts (run in the producer's thread); ``tis_cap``: the behaviour weights' cap.
-        The engine is the producer's alone, so the held-out eval samples with the
-        trainer's model (hf)."""
+        ``engine`` says how the producer samples and how the trainer's weights reach
+        it (:meth:`~spreadrl.rollout.engine.RolloutEngine.producer`);
+        ``collect(policy, step)``: one step's rollouts (run in the producer's thread);
+        ``tis_cap``: the behaviour weights' cap. The held-out eval samples with the
+        engine's :meth:`~spreadrl.rollout.engine.RolloutEngine.eval_engine`."""
         k = rollout.max_staleness
-        engine = colocated.policy if colocated is not None else None  # the same vLLM policy
-        batch = rollout.group_size * rollout.prompts_per_step
-        eval_policy = (
-            rollout_policy if engine is None else HFPolicy(model, tokenizer, max_batch_size=batch)
-        )
-        if engine is not None:
-            files = FilesSync(engine)
-            reload = FilesReload(engine, files)
-            policy = versioned(engine, reload, version=start)
-            policy.discard = reload.discard
+        feed = engine.producer(model, tokenizer, lambda m: compute_context(m, compute))
+        policy = versioned(feed.policy, feed.load, version=start)
+        policy.discard = feed.discard
 
-            def produce(step: int) -> StepRollouts:
+        def produce(step: int) -> StepRollouts:
+            with feed.context():
                 return collect(policy, step)
 
-            def publish(step: int, trained: torch.nn.Module) -> None:
-                producer.publish(step, reload.write(trained))
-
-        else:
-            sampler_model = copy.deepcopy(model)
-            for p in sampler_model.parameters():
-                p.requires_grad_(False)
-            inner = HFPolicy(sampler_model, tokenizer, max_batch_size=batch)
-            policy = versioned(inner, weight_loader(sampler_model), version=start)
-
-            def produce(step: int) -> StepRollouts:
-                with compute_context(sampler_model, compute):
-                    return collect(policy, step)
-
-            def publish(step: int, trained: torch.nn.Module) -> None:
-                producer.publish(step, snapshot_weights(trained))
+        def publish(step: int, trained: torch.nn.Module) -> None:
+            producer.publish(step, feed.export(trained))
 
         producer: AsyncRollouts[StepRollouts] = AsyncRollouts(
             produce, sampler_state, policy, first=start + 1, last=steps, max_staleness=k
         )
-        if engine is not None:  # the engine loaded the model's files: send the trainer's weights
+        if feed.send_first:  # the producer starts from the model's files
             publish(start, model)
         producer.start()
-        return cls(producer, publish, k, tis_cap, held_out, eval_policy)
+        return cls(producer, publish, k, tis_cap, held_out, engine.eval_engine(model, tokenizer))
 
     def next(self, step: int) -> tuple[StepRollouts, dict[str, object]]:
         t0 = time.perf_counter()
@@ -168,7 +144,7 @@ class AsyncSteps:
         return {"overlap": overlap}
 
     def held_out(self, step: int) -> dict[str, float]:
-        return self._held_out.run_if_due(step, self._eval_policy, None)
+        return self._held_out.run_if_due(step, self._eval_engine)
 
     def stop(self) -> None:
         self.producer.stop(timeout=600.0)

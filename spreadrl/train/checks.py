@@ -1,25 +1,31 @@
 """What a GRPO run refuses at start-up, each in one line, before any model is loaded.
 
 There is no silent fallback: a recipe that cannot run as written (a prompt count
-the ranks cannot share, vLLM without a GPU, an asynchronous setup that is not
-wired) stops here, naming the key to change, rather than hours later or running
-something other than what it says.
+the ranks cannot share, an asynchronous setup that is not wired) stops here,
+naming the key to change, rather than hours later or running something other
+than what it says. What an engine cannot run here (vLLM without a GPU) the engine
+refuses as it is set up, also before any model is loaded.
 """
 
 from __future__ import annotations
 
 from spreadrl.errors import ConfigError
 from spreadrl.rollout.config import RolloutConfig
+from spreadrl.rollout.engine import RolloutEngine
 from spreadrl.train.config import GRPOConfig
 from spreadrl.train.distributed import DistInfo
+from spreadrl.train.rollout_backend import training_engine
 
 
-def check_grpo(cfg: GRPOConfig, info: DistInfo) -> None:
-    """Every start-up refusal of a GRPO run, in the order a user would fix them."""
+def check_grpo(cfg: GRPOConfig, info: DistInfo) -> RolloutEngine:
+    """Every start-up refusal of a GRPO run, in the order a user would fix them; the last
+    is the rollout engine's, which returns it set up for the run."""
     check_world_size(cfg.rollout, info)
-    check_rollout_backend(cfg.rollout, cfg.data.max_prompt_tokens)
     if cfg.rollout.max_staleness:
-        check_async(cfg.rollout, info, weight_sync(cfg.rollout))
+        check_async(cfg.rollout, info)
+    return training_engine(
+        cfg.rollout, cfg.model, info, max_prompt_tokens=cfg.data.max_prompt_tokens, seed=cfg.seed
+    )
 
 
 def check_world_size(rollout: RolloutConfig, info: DistInfo) -> None:
@@ -40,46 +46,13 @@ def check_world_size(rollout: RolloutConfig, info: DistInfo) -> None:
         )
 
 
-def check_rollout_backend(rollout: RolloutConfig, max_prompt_tokens: int) -> None:
-    """Refuse a rollout backend that cannot run here.
-
-    A recipe that asks for vLLM and got the hf backend instead would run for hours
-    at a fraction of the speed, or run out of memory far from the cause."""
-    if rollout.backend != "vllm":
-        return
-    from spreadrl.rollout.vllm_policy import require_vllm_gpu
-
-    if max_prompt_tokens <= 0:
-        raise ConfigError(
-            "rollout.backend=vllm needs data.max_prompt_tokens > 0: the engine's KV cache is "
-            "sized for data.max_prompt_tokens + rollout.max_response_tokens"
-        )
-    # under torchrun each rank gets its own engine on its own GPU (build_rollout_policy)
-    require_vllm_gpu()
-
-
-def weight_sync(rollout: RolloutConfig) -> str:
-    """``rollout.weight_sync`` resolved (the hf backend has none: "files" stands for it)."""
-    if rollout.backend != "vllm":
-        return "files"
-    from spreadrl.rollout.vllm_policy import resolve_weight_sync
-
-    return resolve_weight_sync(rollout.weight_sync)
-
-
-def check_async(rollout: RolloutConfig, info: DistInfo, weight_sync: str) -> None:
-    """Refuse the asynchronous setups this does not run (``rollout.max_staleness`` > 0).
-
-    ``weight_sync``: the resolved ``rollout.weight_sync`` (ipc or files)."""
+def check_async(rollout: RolloutConfig, info: DistInfo) -> None:
+    """Refuse the asynchronous setups this does not run (``rollout.max_staleness`` > 0);
+    what an engine cannot run asynchronously it refuses itself
+    (:meth:`~spreadrl.rollout.engine.RolloutEngine.for_training`)."""
     k = rollout.max_staleness
     if info.enabled and info.world_size > 1:
         raise ConfigError(
             f"rollout.max_staleness={k} runs in one process only for now; under torchrun "
             f"(world size {info.world_size}) set rollout.max_staleness=0"
-        )
-    if rollout.backend == "vllm" and weight_sync != "files":
-        raise ConfigError(
-            f"rollout.max_staleness={k} with rollout.backend=vllm needs "
-            f"rollout.weight_sync=files (got {weight_sync}): the ipc sync is not wired "
-            "for a producer thread yet"
         )

@@ -16,6 +16,7 @@ rollout source, sampled in the loop or ahead of it (asynchronous mode: built by
 
 from __future__ import annotations
 
+import logging
 import time
 from contextlib import ExitStack
 from dataclasses import replace
@@ -29,10 +30,9 @@ from spreadrl.env.factory import make_env_pool
 from spreadrl.errors import ConfigError, RunHalted
 from spreadrl.reporting import LogReporter, Reporter
 from spreadrl.rollout.chat import EpisodeChat
-from spreadrl.rollout.colocate import ColocatedRollouts
 from spreadrl.rollout.config import RolloutConfig
+from spreadrl.rollout.engine import RolloutEngine
 from spreadrl.rollout.harness.episodes import HarnessEpisodes
-from spreadrl.rollout.policy import Policy
 from spreadrl.rollout.runner import EnvPoolLike, run_episodes
 from spreadrl.train.async_steps import AsyncSteps
 from spreadrl.train.checkpoint import TrainerState, resume_trainer_state
@@ -44,7 +44,6 @@ from spreadrl.train.learner import Learner
 from spreadrl.train.memory import PeakMemory
 from spreadrl.train.optimizer import build_optimizer, build_scheduler, updates_per_step
 from spreadrl.train.reference import build_reference
-from spreadrl.train.rollout_backend import build_rollout_policy
 from spreadrl.train.rollout_sources import SyncRollouts
 from spreadrl.train.rollouts import Collector, to_samples
 from spreadrl.train.sampler import EpochShuffle, prompt_order
@@ -56,6 +55,8 @@ from spreadrl.train.step_metrics import report_step
 from spreadrl.train.step_source import StepSource
 from spreadrl.train.trained_model import build_policy
 from spreadrl.train.trajectory_log import save_crashes
+
+log = logging.getLogger(__name__)
 
 
 def train_grpo(
@@ -77,7 +78,7 @@ def train_grpo(
     run = Run.start(cfg, reporter or LogReporter(), seed_per_rank=True)
     info, compute = run.info, run.precision.compute
     try:
-        check_grpo(cfg, info)
+        engine = check_grpo(cfg, info)  # the rollout engine, set up: it refuses here too
     except ConfigError:
         run.close()  # every rank refuses alike: leave the process group together
         raise
@@ -127,6 +128,7 @@ def train_grpo(
             cfg,
             run,
             learner,
+            engine,
             tokenizer,
             owned,
             pool=pool,
@@ -144,6 +146,7 @@ def open_rollout_source(
     cfg: GRPOConfig,
     run: Run,
     learner: Learner,
+    engine: RolloutEngine,
     tokenizer: PreTrainedTokenizerBase,
     owned: ExitStack,
     *,
@@ -162,16 +165,10 @@ def open_rollout_source(
     sampler = prompt_order(
         tasks.episode_keys(), seed=cfg.seed, state=resumed and resumed["extra"]["sampler"]
     )
-    policy, colocated = build_rollout_policy(
-        rollout,
-        cfg.model,
-        model,
-        tokenizer,
-        info,
-        run.reporter,
-        max_prompt_tokens=cfg.data.max_prompt_tokens,
-        seed=cfg.seed,
-    )
+    for line in engine.start(model, tokenizer):  # its policy, built around the trained model
+        log.info(line)  # e.g. the engine's KV-cache capacity
+        if info.is_main:
+            run.reporter.line(line)
     if pool is None:
         pool = owned.enter_context(make_env_pool(cfg.env, workers=rollout.concurrency))
     chat = EpisodeChat.of(tokenizer)  # the format read off the chat template once
@@ -205,8 +202,7 @@ def open_rollout_source(
         rollout,
         collect,
         sampler,
-        policy,
-        colocated,
+        engine,
         held_out,
         learner,
         tokenizer,
@@ -224,8 +220,7 @@ def start_rollout_source(
     rollout: RolloutConfig,
     collect: Collector,
     sampler: EpochShuffle[tuple[str, int]],
-    policy: Policy,
-    colocated: ColocatedRollouts | None,
+    engine: RolloutEngine,
     held_out: HeldOut,
     learner: Learner,
     tokenizer: PreTrainedTokenizerBase,
@@ -243,8 +238,7 @@ def start_rollout_source(
         return SyncRollouts(
             collect=collect,
             sampler=sampler,
-            policy=policy,
-            colocated=colocated,
+            engine=engine,
             evaluation=held_out,
             model=model,
             optimizer=learner.optimizer,
@@ -257,11 +251,10 @@ def start_rollout_source(
         rollout,
         model,
         tokenizer,
-        colocated,
+        engine,
         collect,
         sampler.state,
         held_out,
-        policy,
         steps=steps,
         start=start,
         compute=compute,

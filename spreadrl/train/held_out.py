@@ -19,9 +19,8 @@ from spreadrl.data.sources import resolve_tasks
 from spreadrl.data.task import TaskSet
 from spreadrl.eval.config import EvalConfig, eval_rollout
 from spreadrl.rollout.chat import EpisodeChat
-from spreadrl.rollout.colocate import ColocatedRollouts
 from spreadrl.rollout.config import RolloutConfig
-from spreadrl.rollout.policy import Policy
+from spreadrl.rollout.engine import RolloutEngine
 from spreadrl.rollout.runner import EnvPoolLike, EpisodeJob, run_episodes
 from spreadrl.rollout.types import RunValues
 from spreadrl.train.distributed import DistInfo, all_reduce, rank_slice
@@ -74,17 +73,13 @@ class HeldOut:
     model: nn.Module
     info: DistInfo
 
-    def run_if_due(
-        self, step: int, policy: Policy, colocated: ColocatedRollouts | None
-    ) -> dict[str, float]:
-        """:meth:`run` with ``policy`` after ``step`` when one is due, else nothing."""
+    def run_if_due(self, step: int, engine: RolloutEngine) -> dict[str, float]:
+        """:meth:`run` with ``engine`` after ``step`` when one is due, else nothing."""
         if self.tasks is None or not eval_due(self.evaluation, step, self.steps):
             return {}
-        return self.run(self.tasks, step, policy, colocated)
+        return self.run(self.tasks, step, engine)
 
-    def run(
-        self, tasks: TaskSet, step: int, policy: Policy, colocated: ColocatedRollouts | None
-    ) -> dict[str, float]:
+    def run(self, tasks: TaskSet, step: int, engine: RolloutEngine) -> dict[str, float]:
         """Run the held-out episodes with the current weights; return ``eval/*`` metrics.
 
         Under data parallelism each rank runs its share and the sums are reduced, so
@@ -93,9 +88,9 @@ class HeldOut:
         jobs = rank_slice(held_out_jobs(tasks, self.evaluation), self.info)
         run = RunValues(seed=self.seed * 7919 + step, max_prompt_tokens=self.max_prompt_tokens)
         # the engine gets the update's weights
-        with generating(self.model, colocated, self.compute_dtype):
+        with generating(self.model, engine, self.compute_dtype):
             sampling = eval_rollout(self.evaluation, self.rollout)
-            batch = run_episodes(policy, self.pool, jobs, sampling, self.chat, run=run)
+            batch = run_episodes(engine.policy, self.pool, jobs, sampling, self.chat, run=run)
         trajs = batch.trajectories
         sums = [
             float(len(trajs)),

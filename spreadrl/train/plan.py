@@ -22,9 +22,10 @@ process with ``torch.autocast``):
   :func:`spreadrl.train.logprobs.chunk_tokens_for` sizes it to a quarter of the
   memory free at that moment. The chunk's backward and a recomputed layer come one
   after the other, so a phase's peak counts the larger of the two;
-- the vLLM share: ``rollout.vllm_gpu_memory_utilization`` x GPU memory, holding
+- the rollout engine's share (:meth:`spreadrl.rollout.engine.RolloutEngine.plan`):
+  for vLLM ``rollout.vllm_gpu_memory_utilization`` x GPU memory, holding
   the bf16 weights (2 bytes x N, every rank's engine a whole copy), vLLM's own
-  working memory (:data:`VLLM_WORKING_GIB`) and the KV cache; the rest is KV
+  working memory (``VLLM_WORKING_GIB``) and the KV cache; the rest is KV
   tokens at ``2 x layers x kv_heads x head_dim x 2 bytes`` each (147,456 bytes
   for Qwen3-4B);
 - uncounted allocations: what ``max_memory_allocated`` holds beyond the
@@ -76,6 +77,7 @@ from transformers import AutoConfig, AutoModelForCausalLM, PretrainedConfig, Qwe
 
 from spreadrl.errors import ConfigError
 from spreadrl.models.init import PRESETS
+from spreadrl.rollout.engine import MemoryQuery, engine_class
 from spreadrl.train.checks import check_world_size
 from spreadrl.train.config import GRPOConfig
 from spreadrl.train.distributed import DistInfo, decoder_layers
@@ -95,8 +97,6 @@ ALLOCATOR_RESERVE = 0.05  # cached + fragmented, x the allocated peak: 4.8% meas
 CUDA_CONTEXT_GIB = 0.6  # the CUDA context, handles and loaded kernels of one process, assumed
 NCCL_GIB = 0.4  # NCCL's communicator buffers per rank (more than one GPU), assumed
 FIT_MARGIN_GIB = 2.0  # a phase "fits" when its device peak leaves this much of the GPU free
-VLLM_WORKING_GIB = 1.5  # vLLM's activations at its profiling batch, CUDA graphs, sampler
-VLLM_ASLEEP_GIB = 0.5  # what a level-2 sleeping engine keeps (not weights, not KV)
 RECOMPUTE_FACTOR = 1.5  # a checkpointed layer's recompute + backward, x its forward
 QWEN3_VOCAB = 151_936
 H100_GIB = 79.6  # an H100 80GB as torch reports it (total_memory / 2**30)
@@ -207,6 +207,7 @@ class Plan:
     problems: list[str] = field(default_factory=list)
     largest_utilization: float = 0.0
     host_gib: float = 0.0  # CPU memory per process under model.cpu_offload
+    engine_lines: list[tuple[str, str, str]] = field(default_factory=list)  # the engine's rows
 
     @property
     def fits(self) -> bool:
@@ -351,39 +352,43 @@ def plan_memory(cfg: GRPOConfig, shape: ModelShape, hw: Hardware) -> Plan:
     b = _budget(cfg, shape, hw, tokens)
     dev = _device(hw)
     mem = hw.memory_gib * GIB
-    vllm = cfg.rollout.backend == "vllm"
-    util = cfg.rollout.vllm_gpu_memory_utilization if vllm else 0.0
-    share = util * mem
-    kv_bytes = shape.kv_bytes_per_token(DTYPE_BYTES[compute])
-    kv_tokens = max(0, int((share - b.vllm_weights - VLLM_WORKING_GIB * GIB) // kv_bytes))
-    max_model_len = cfg.data.max_prompt_tokens + cfg.rollout.max_response_tokens
-    asleep = VLLM_ASLEEP_GIB * GIB if vllm else 0.0  # the engine's process, not the trainer's
-    resident = b.master + b.optim + b.frozen + dev.uncounted
-    if vllm:
-        generation = resident
-    else:  # hf: the trainer's own model samples, gathered, with transformers' KV cache
-        rows = cfg.rollout.prompts_per_step * cfg.rollout.group_size // max(1, hw.gpus)
-        generation = resident + b.copy_full + rows * max_model_len * kv_bytes
+    resident = b.master + b.optim + b.frozen + dev.uncounted  # held through generation
+    engine = engine_class(cfg.rollout.backend)
+    query = MemoryQuery(
+        rollout=cfg.rollout,
+        device_bytes=mem,
+        resident=resident,
+        resident_peak=dev.peak(resident),
+        gathered=b.copy_full,
+        engine_weights=b.vllm_weights,
+        kv_bytes_per_token=shape.kv_bytes_per_token(DTYPE_BYTES[compute]),
+        max_model_len=cfg.data.max_prompt_tokens + cfg.rollout.max_response_tokens,
+        sequences=cfg.rollout.prompts_per_step * cfg.rollout.group_size // max(1, hw.gpus),
+        on_cuda=hw.device.startswith("cuda"),
+    )
+    footprint = engine.plan(query)  # what the engine adds while it samples and sleeps
+    asleep = footprint.asleep
     logprobs = resident + b.copy_full
     update = resident + b.grads + b.copy_update + b.saved
     free = mem - dev.peak(update) - asleep
     chunk = _chunk_bytes(b, tokens, free) if hw.device.startswith("cuda") else b.chunk_floor
     logprobs += max(b.no_grad_set, chunk / 2)  # no backward: half the chunk's bytes
     update += max(b.layer_set, chunk)
-    allocated = {"generation": generation, "log-prob passes": logprobs, "update": update}
-    extra = {"generation": share, "log-prob passes": asleep, "update": asleep}
+    allocated = {"generation": footprint.generation, "log-prob passes": logprobs, "update": update}
+    extra = {"generation": footprint.share, "log-prob passes": asleep, "update": asleep}
     plan = Plan(
-        components=_components(cfg, b, dev, hw, chunk, update, share, kv_tokens),
+        components=_components(cfg, b, dev, hw, chunk, update, footprint.rows),
         phases={k: (dev.peak(v) + extra[k]) / GIB for k, v in allocated.items()},
-        kv_tokens=kv_tokens,
-        max_model_len=max_model_len,
+        kv_tokens=footprint.kv_tokens,
+        max_model_len=query.max_model_len,
         hardware=hw,
         allocated={k: v / GIB for k, v in allocated.items()},
         margin_gib=dev.margin / GIB,
     )
     plan.largest_utilization = max(0.0, (mem - dev.peak(resident) - dev.margin) / mem)
     plan.host_gib = b.host / GIB
-    plan.problems = _problems(cfg, plan, b, dev, mem, dev.peak(resident), kv_bytes)
+    problems, plan.engine_lines = engine.plan_report(query, plan)
+    plan.problems = _problems(cfg, plan, b, dev, problems)
     if cfg.rollout.prompts_per_step % max(1, hw.gpus):
         try:
             check_world_size(cfg.rollout, DistInfo(world_size=hw.gpus))
@@ -418,8 +423,7 @@ def _components(
     hw: Hardware,
     chunk: float,
     update: float,
-    share: float,
-    kv_tokens: int,
+    engine_rows: list[tuple[str, float, str]],
 ) -> list[tuple[str, float, str]]:
     """The table's rows in GiB: what is allocated, then what the device holds beside it."""
     compute = compute_dtype(cfg.model.dtype, hw.device)
@@ -441,9 +445,7 @@ def _components(
         ),
         ("CUDA context", dev.context, "per process" + (", with NCCL" if hw.gpus > 1 else "")),
     ]
-    if cfg.rollout.backend == "vllm":
-        util = cfg.rollout.vllm_gpu_memory_utilization
-        rows.append(("vLLM share", share, f"{kv_tokens:,} KV tokens at {util:g}"))
+    rows += engine_rows
     if cfg.model.cpu_offload:
         moved = {"master weights (fp32)", "gradients (fp32)", "optimizer state (AdamW, fp32)"}
         moved.add("frozen weights")
@@ -453,42 +455,13 @@ def _components(
 
 
 def _problems(
-    cfg: GRPOConfig,
-    plan: Plan,
-    b: _Budget,
-    dev: _Device,
-    mem: float,
-    resident: float,
-    kv_bytes: int,
+    cfg: GRPOConfig, plan: Plan, b: _Budget, dev: _Device, engine: list[str] | None
 ) -> list[str]:
-    """What does not fit (with the margin left free), each naming the setting to change."""
-    out = []
-    gib = plan.hardware.memory_gib
-    engine_floor = b.vllm_weights + VLLM_WORKING_GIB * GIB + plan.max_model_len * kv_bytes
-    least = engine_floor / mem  # one full-length sequence in the KV cache
-    most = plan.largest_utilization
-    if cfg.rollout.backend == "vllm":
-        util = cfg.rollout.vllm_gpu_memory_utilization
-        if least > most:
-            out.append(
-                f"the trainer holds {resident / GIB:.1f} GiB per GPU during generation, leaving "
-                f"{most:.2f} of {gib:g} GiB for vLLM beside a {plan.margin_gib:g} GiB margin, "
-                f"below the {least:.2f} its weights and one {plan.max_model_len}-token sequence "
-                "need: use more GPUs (--gpus) or model.lora.enabled=true"
-            )
-        elif plan.spare("generation") < plan.margin_gib:
-            out.append(
-                f"generation needs {plan.phases['generation']:.1f} GiB of {gib:g} and a "
-                f"{plan.margin_gib:g} GiB margin: set rollout.vllm_gpu_memory_utilization to at "
-                f"most {most - 0.005:.2f} (now {util:g})"
-            )
-        elif plan.kv_tokens < plan.max_model_len:
-            out.append(
-                f"vLLM's KV cache holds {plan.kv_tokens:,} tokens, less than one "
-                f"{plan.max_model_len}-token sequence: set rollout.vllm_gpu_memory_utilization "
-                f"to at least {least + 0.005:.2f} (now {util:g})"
-            )
-    elif plan.spare("generation") < plan.margin_gib:
+    """What does not fit (with the margin left free), each naming the setting to change:
+    the engine's own (``engine``; None: generation is the trainer's, checked here),
+    then the log-prob passes' and the update's."""
+    out = list(engine or [])
+    if engine is None and plan.spare("generation") < plan.margin_gib:
         out.append(_too_big(cfg, plan, "generation", b, dev))
     for phase in ("log-prob passes", "update"):
         if plan.spare(phase) < plan.margin_gib:
@@ -539,29 +512,3 @@ def plan_recipe(cfg: GRPOConfig, hw: Hardware, *, shape_name: str | None = None)
     """The plan of ``cfg`` on ``hw``; the model's config from ``shape_name`` or the recipe."""
     config = preset_config(shape_name) if shape_name else load_model_config(cfg.model.name_or_path)
     return plan_memory(cfg, model_shape(config), hw)
-
-
-def engine_kv_tokens(llm: object) -> int | None:
-    """The KV-cache capacity, in tokens, of a started ``vllm.LLM`` (None if it does not say)."""
-    cache = getattr(
-        getattr(getattr(llm, "llm_engine", None), "vllm_config", None), "cache_config", None
-    )
-    blocks = getattr(cache, "num_gpu_blocks", None)
-    size = getattr(cache, "block_size", None)
-    if isinstance(blocks, int) and isinstance(size, int) and blocks > 0:
-        return blocks * size
-    return None
-
-
-def engine_capacity_line(kv_tokens: int | None, max_model_len: int, utilization: float) -> str:
-    """The start-up line that says how many tokens the engine's KV cache holds."""
-    if kv_tokens is None:
-        return (
-            f"vLLM engine at rollout.vllm_gpu_memory_utilization={utilization:g}: KV-cache size "
-            "not reported by this vLLM"
-        )
-    return (
-        f"vLLM engine at rollout.vllm_gpu_memory_utilization={utilization:g}: KV cache of "
-        f"{kv_tokens:,} tokens ({kv_tokens / max(1, max_model_len):.1f} sequences of "
-        f"{max_model_len} tokens); `spreadrl plan` sizes it before a run"
-    )

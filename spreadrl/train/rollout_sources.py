@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from torch import nn
 from torch.optim import Optimizer
 
-from spreadrl.rollout.colocate import ColocatedRollouts
+from spreadrl.rollout.engine import RolloutEngine
 from spreadrl.rollout.policy import Policy
 from spreadrl.rollout.types import Trajectory
 from spreadrl.train.batching import Sample
@@ -39,8 +39,7 @@ class SyncRollouts:
 
     collect: Callable[[Policy, int], StepRollouts]
     sampler: EpochShuffle[tuple[str, int]]
-    policy: Policy
-    colocated: ColocatedRollouts | None
+    engine: RolloutEngine
     evaluation: HeldOut
     model: nn.Module
     optimizer: Optimizer
@@ -51,8 +50,8 @@ class SyncRollouts:
     def next(self, step: int) -> tuple[StepRollouts, dict[str, object]]:
         release_for_generation(self.model, self.optimizer, self.device)
         self.memory.reset()
-        with generating(self.model, self.colocated, self.compute):
-            rollouts = self.collect(self.policy, step)
+        with generating(self.model, self.engine, self.compute):
+            rollouts = self.collect(self.engine.policy, step)
         return rollouts, self.sampler.state()
 
     def bookkeeping(
@@ -64,7 +63,7 @@ class SyncRollouts:
         return {}  # the next step samples with the updated weights in any case
 
     def held_out(self, step: int) -> dict[str, float]:
-        return self.evaluation.run_if_due(step, self.policy, self.colocated)
+        return self.evaluation.run_if_due(step, self.engine)
 
     def stop(self) -> None:
         pass  # nothing runs ahead

@@ -10,9 +10,9 @@ from typer.testing import CliRunner
 
 from spreadrl.cli.main import app
 from spreadrl.errors import SpreadrlError
-from spreadrl.rollout import backends
+from spreadrl.rollout import engine
 from spreadrl.rollout.config import RolloutConfig
-from spreadrl.rollout.scripted import OraclePolicy
+from spreadrl.rollout.engines.scripted import OraclePolicy
 
 runner = CliRunner()
 
@@ -28,7 +28,7 @@ def test_sft_build_asks_each_turn_for_the_rollout_sections_token_budget(tmp_path
             seen.append(params)
             return super().act_messages(states, params)
 
-    monkeypatch.setattr(backends, "load_policy", lambda *args, **kwargs: (Recording(), None))
+    monkeypatch.setattr(engine, "load_policy", lambda *args, **kwargs: (Recording(), None))
     tasks, out = tmp_path / "tasks", tmp_path / "sft.jsonl"
     made = runner.invoke(app, ["data", "synth", "--out", str(tasks), "--n", "2", "--cases", "1"])
     assert made.exit_code == 0, made.output

@@ -6,8 +6,8 @@ from spreadrl.env.cell_changes import CellChangeTracker, diff, snapshot
 from spreadrl.env.episode import SpreadsheetEnv
 from spreadrl.env.factory import make_env_pool
 from spreadrl.rollout.config import RolloutConfig
+from spreadrl.rollout.engines.scripted import format_tool_call
 from spreadrl.rollout.runner import EpisodeJob, run_episodes
-from spreadrl.rollout.scripted import format_tool_call
 from spreadrl.rollout.types import PolicyTurn
 from tests.env.gym_helpers import make_ctx, make_task, revenue_answer
 

@@ -26,8 +26,8 @@ from spreadrl.env.sandbox import SandboxLimits, SandboxResult
 from spreadrl.env.types import ToolCall
 from spreadrl.errors import ConfigError, SpreadrlError, TaskFormatError
 from spreadrl.rollout.config import RolloutConfig
+from spreadrl.rollout.engines.scripted import format_tool_call
 from spreadrl.rollout.runner import EpisodeJob, run_episodes
-from spreadrl.rollout.scripted import format_tool_call
 from spreadrl.rollout.types import PolicyTurn
 from tests.rollout.fakes import make_task as make_spreadsheet_task
 

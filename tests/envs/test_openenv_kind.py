@@ -29,9 +29,9 @@ from spreadrl.data.task import load_tasks
 from spreadrl.env.config import EnvConfig
 from spreadrl.env.factory import make_env_pool
 from spreadrl.rollout.config import RolloutConfig
+from spreadrl.rollout.engines.scripted import NoopPolicy, OraclePolicy, format_tool_call
 from spreadrl.rollout.episode import EpisodeJob
 from spreadrl.rollout.runner import run_episodes
-from spreadrl.rollout.scripted import NoopPolicy, OraclePolicy, format_tool_call
 from spreadrl.rollout.types import PolicyTurn
 from spreadrl.train.config import GRPOConfig
 from spreadrl.train.grpo import train_grpo

@@ -13,7 +13,7 @@ from spreadrl.data.sources import resolve_tasks
 from spreadrl.data.task import TaskSet
 from spreadrl.eval.runner import run_eval
 from spreadrl.rollout.config import RolloutConfig
-from spreadrl.rollout.scripted import format_tool_call
+from spreadrl.rollout.engines.scripted import format_tool_call
 from spreadrl.rollout.types import PolicyTurn
 from tests.rollout.fakes import FakePool, make_task
 

@@ -8,7 +8,7 @@ import torch
 from transformers.integrations.sdpa_attention import sdpa_attention_forward
 
 from spreadrl.rollout import cascade
-from spreadrl.rollout.hf_policy import HFPolicy
+from spreadrl.rollout.engines.hf import HFPolicy
 from spreadrl.rollout.types import SamplingParams
 
 PROMPT = "Sum column A and write the total in B1."

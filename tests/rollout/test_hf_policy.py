@@ -2,7 +2,7 @@
 
 import torch
 
-from spreadrl.rollout.hf_policy import HFPolicy
+from spreadrl.rollout.engines.hf import HFPolicy
 from spreadrl.rollout.types import SamplingParams
 
 
@@ -93,7 +93,7 @@ def test_preallocated_layer_grows_past_its_capacity_like_cat():
 
 
 def test_row_sampler_draws_what_torch_multinomial_draws():
-    from spreadrl.rollout.hf_policy import _row_sampler
+    from spreadrl.rollout.engines.hf import _row_sampler
 
     gen = torch.Generator().manual_seed(5)
     scores = torch.randn(3, 50, generator=gen) * 3
@@ -116,7 +116,7 @@ def test_the_static_cache_samples_what_the_default_rollout_does(tiny_model):
     of transformers' StaticCache type rounded up to its bucket."""
     from transformers.cache_utils import StaticCache
 
-    from spreadrl.rollout.hf_policy import STATIC_CACHE_BUCKET, static_cache
+    from spreadrl.rollout.engines.hf import STATIC_CACHE_BUCKET, static_cache
     from spreadrl.rollout.kv_cache import cache_name
 
     model, tok = tiny_model

@@ -11,9 +11,9 @@ import pytest
 from spreadrl.env.types import Observation, StepResult, ToolCall
 from spreadrl.errors import ConfigError
 from spreadrl.rollout.config import RolloutConfig
+from spreadrl.rollout.engines.scripted import format_tool_call
 from spreadrl.rollout.parsing import parse_assistant_turn
 from spreadrl.rollout.runner import EpisodeJob, run_episodes
-from spreadrl.rollout.scripted import format_tool_call
 from spreadrl.rollout.types import PolicyTurn
 from tests.rollout.fakes import FakePool, done, make_task
 

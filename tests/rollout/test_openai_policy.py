@@ -8,7 +8,7 @@ import pytest
 
 from spreadrl.errors import SpreadrlError
 from spreadrl.rollout.config import RolloutConfig
-from spreadrl.rollout.openai_policy import OpenAIPolicy, to_openai_messages
+from spreadrl.rollout.engines.openai import OpenAIPolicy, to_openai_messages
 from spreadrl.rollout.runner import EpisodeJob, run_episodes
 from tests.rollout.fakes import FakePool, make_task
 

@@ -11,10 +11,10 @@ import pytest
 
 from spreadrl.rollout.chat import EpisodeChat
 from spreadrl.rollout.config import RolloutConfig
-from spreadrl.rollout.hf_policy import HFPolicy
+from spreadrl.rollout.engines.hf import HFPolicy
+from spreadrl.rollout.engines.scripted import NoopPolicy
 from spreadrl.rollout.policy import is_streaming, is_token_level
 from spreadrl.rollout.runner import EpisodeJob, context_limit, run_episodes
-from spreadrl.rollout.scripted import NoopPolicy
 from spreadrl.rollout.types import PolicyTurn, RunValues, derive_seed
 from tests.rollout.fakes import FakePool, make_task
 from tests.rollout.test_streaming import ContextPolicy, TurnOnlyPolicy

@@ -1,8 +1,8 @@
 """The agent loop with a fake environment pool and scripted policies (no model, no gym)."""
 
 from spreadrl.rollout.config import RolloutConfig
+from spreadrl.rollout.engines.scripted import NoopPolicy, format_tool_call
 from spreadrl.rollout.runner import EpisodeJob, run_episodes
-from spreadrl.rollout.scripted import NoopPolicy, format_tool_call
 from spreadrl.rollout.types import PolicyTurn
 from tests.rollout.fakes import FakePool, make_task
 

@@ -9,8 +9,8 @@ from spreadrl.env.types import EndReason, StepResult
 from spreadrl.errors import ConfigError
 from spreadrl.rollout.chat import EpisodeChat
 from spreadrl.rollout.config import RolloutConfig
+from spreadrl.rollout.engines.scripted import format_tool_call
 from spreadrl.rollout.runner import EpisodeJob, run_episodes
-from spreadrl.rollout.scripted import format_tool_call
 from spreadrl.rollout.types import PolicyTurn, RunValues
 from tests.rollout.fakes import FakePool, done, make_task
 
@@ -304,7 +304,7 @@ def test_a_request_the_engine_lost_ends_its_episode_at_once(tiny_model, monkeypa
     scheduler must end that episode as lost_request when the engine holds nothing,
     not poll an empty engine until the wall time runs out."""
     from spreadrl.env.types import EndReason
-    from spreadrl.rollout.vllm_policy import VLLMPolicy
+    from spreadrl.rollout.engines.vllm import VLLMPolicy
     from tests.rollout import fake_vllm
 
     _, tok = tiny_model
@@ -345,7 +345,7 @@ def test_a_request_the_engine_lost_ends_its_episode_at_once(tiny_model, monkeypa
 
 
 def test_an_engine_abort_is_reported_as_aborted_not_as_length(tiny_model, monkeypatch):
-    from spreadrl.rollout.vllm_policy import VLLMPolicy
+    from spreadrl.rollout.engines.vllm import VLLMPolicy
     from tests.rollout import fake_vllm
 
     _, tok = tiny_model
@@ -385,7 +385,7 @@ def test_an_episode_queued_behind_a_full_engine_is_not_timed_until_served(tiny_m
     import types
 
     from spreadrl.rollout import episode as episode_module
-    from spreadrl.rollout.vllm_policy import VLLMPolicy
+    from spreadrl.rollout.engines.vllm import VLLMPolicy
     from tests.rollout import fake_vllm
 
     _, tok = tiny_model

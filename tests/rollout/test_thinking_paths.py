@@ -24,7 +24,7 @@ from spreadrl.data.task import TaskSet
 from spreadrl.models.qwen3 import load_qwen3_tokenizer
 from spreadrl.rollout.chat import EpisodeChat, chat_format, hermes_tool_call
 from spreadrl.rollout.config import RolloutConfig
-from spreadrl.rollout.openai_policy import OpenAIPolicy
+from spreadrl.rollout.engines.openai import OpenAIPolicy
 from spreadrl.rollout.parsing import parse_assistant_turn
 from spreadrl.rollout.runner import EpisodeJob, run_episodes
 from spreadrl.rollout.types import PolicyTurn, Trajectory
@@ -467,6 +467,7 @@ def test_held_out_eval_gives_turn_2_the_rollouts_ids(thinking_tokenizer, two_tur
     import torch
 
     from spreadrl.eval.config import EvalConfig
+    from spreadrl.rollout.engines.hf import HFEngine
     from spreadrl.train.distributed import DistInfo
     from spreadrl.train.held_out import HeldOut
 
@@ -485,7 +486,7 @@ def test_held_out_eval_gives_turn_2_the_rollouts_ids(thinking_tokenizer, two_tur
         model=torch.nn.Linear(1, 1),
         info=DistInfo(),
     )
-    metrics = held_out.run(held_out.tasks, 1, policy, None)
+    metrics = held_out.run(held_out.tasks, 1, HFEngine(RolloutConfig(), policy))
     assert metrics
     assert_contexts(policy, reference)
 

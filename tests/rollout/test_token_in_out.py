@@ -2,9 +2,9 @@
 
 from spreadrl.rollout.chat import EpisodeChat, chat_format, tool_response_ids
 from spreadrl.rollout.config import RolloutConfig
-from spreadrl.rollout.hf_policy import HFPolicy
+from spreadrl.rollout.engines.hf import HFPolicy
+from spreadrl.rollout.engines.scripted import format_tool_call
 from spreadrl.rollout.runner import EpisodeJob, run_episodes
-from spreadrl.rollout.scripted import format_tool_call
 from spreadrl.rollout.types import PolicyTurn, RunValues
 from tests.rollout.fakes import FakePool, make_task
 

@@ -19,7 +19,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from spreadrl.rollout.hf_policy import HFPolicy
+from spreadrl.rollout.engines.hf import HFPolicy
 from spreadrl.rollout.types import SamplingParams
 
 

@@ -29,14 +29,14 @@ def sampling(**given):
 
 def test_missing_vllm_names_the_extra_and_the_alternative(monkeypatch):
     monkeypatch.setitem(sys.modules, "vllm", None)
-    from spreadrl.rollout.vllm_policy import VLLMPolicy
+    from spreadrl.rollout.engines.vllm import VLLMPolicy
 
     with pytest.raises(MissingDependencyError, match=r"spreadrl\[gpu\].*rollout\.backend=hf"):
         VLLMPolicy("some/model")
 
 
 def test_vllm_without_a_gpu_stops_with_one_line(vllm, monkeypatch):
-    from spreadrl.rollout.vllm_policy import require_vllm_gpu
+    from spreadrl.rollout.engines.vllm import require_vllm_gpu
 
     monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
     with pytest.raises(MissingDependencyError, match=r"CUDA GPU.*spreadrl\[gpu\]") as err:
@@ -45,7 +45,7 @@ def test_vllm_without_a_gpu_stops_with_one_line(vllm, monkeypatch):
 
 
 def test_engine_is_built_from_the_settings(vllm):
-    from spreadrl.rollout.vllm_policy import VLLMPolicy
+    from spreadrl.rollout.engines.vllm import VLLMPolicy
 
     policy = VLLMPolicy("m", **COLOCATED)
     kwargs = policy.llm.kwargs
@@ -56,7 +56,7 @@ def test_engine_is_built_from_the_settings(vllm):
 
 
 def test_ipc_transfer_refuses_an_in_process_engine(vllm, monkeypatch):
-    from spreadrl.rollout.vllm_policy import VLLMPolicy
+    from spreadrl.rollout.engines.vllm import VLLMPolicy
 
     monkeypatch.setenv("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
     with pytest.raises(MissingDependencyError, match="VLLM_ENABLE_V1_MULTIPROCESSING"):
@@ -64,7 +64,7 @@ def test_ipc_transfer_refuses_an_in_process_engine(vllm, monkeypatch):
 
 
 def test_vllm_policy_returns_sampled_ids_and_logprobs(vllm):
-    from spreadrl.rollout.vllm_policy import VLLMPolicy
+    from spreadrl.rollout.engines.vllm import VLLMPolicy
 
     policy = VLLMPolicy("m", stop_token_ids=[2])
     policy.act([[5, 6], [5, 6]], sampling(temperature=0.6, top_k=20, max_new_tokens=4, seed=1))
@@ -81,7 +81,7 @@ def test_vllm_policy_returns_sampled_ids_and_logprobs(vllm):
     [("stop", "stop"), ("length", "length"), ("repetition", "length"), ("abort", "abort")],
 )
 def test_finish_reasons_map_to_ours(vllm, vllm_reason, ours):
-    from spreadrl.rollout.vllm_policy import _turn
+    from spreadrl.rollout.engines.vllm import _turn
 
     completion = fake_vllm.CompletionOutput("x", [1], [{1: fake_vllm.Logprob(-1.0)}], vllm_reason)
     assert _turn(fake_vllm.RequestOutput("r", [completion], True)).finish_reason == ours
@@ -95,7 +95,7 @@ def test_finish_reasons_map_to_ours(vllm, vllm_reason, ours):
 def test_a_missing_logprob_is_an_error_not_zero(steps):
     """0.0 would read as probability 1 and bend truncated importance sampling."""
     from spreadrl.errors import SpreadrlError
-    from spreadrl.rollout.vllm_policy import _turn
+    from spreadrl.rollout.engines.vllm import _turn
 
     completion = fake_vllm.CompletionOutput("x", [5], steps, "stop")
     with pytest.raises(SpreadrlError, match="request r7: .*log-prob") as err:
@@ -104,7 +104,7 @@ def test_a_missing_logprob_is_an_error_not_zero(steps):
 
 
 def test_an_empty_turn_needs_no_logprobs():
-    from spreadrl.rollout.vllm_policy import _turn
+    from spreadrl.rollout.engines.vllm import _turn
 
     completion = fake_vllm.CompletionOutput("", [], None, "abort")
     turn = _turn(fake_vllm.RequestOutput("r", [completion], True))
@@ -131,7 +131,7 @@ def test_policy_asks_for_logprobs_so_a_fake_without_them_fails(vllm, monkeypatch
     """The policy's own SamplingParams carry logprobs=0; if they did not, the fake
     (like vLLM) would return none and the turn would fail rather than read 0.0."""
     from spreadrl.errors import SpreadrlError
-    from spreadrl.rollout.vllm_policy import VLLMPolicy
+    from spreadrl.rollout.engines.vllm import VLLMPolicy
 
     policy = VLLMPolicy("m")
     real = policy._sampling
@@ -146,7 +146,7 @@ def _without_logprobs(params):
 
 
 def test_vllm_policy_streams_turns_through_the_engine(vllm):
-    from spreadrl.rollout.vllm_policy import VLLMPolicy
+    from spreadrl.rollout.engines.vllm import VLLMPolicy
 
     policy = VLLMPolicy("m", enable_sleep_mode=True, stop_token_ids=[2])
     policy.sleep(level=1)
@@ -189,8 +189,8 @@ def _two_synced_steps(model, policy, colo):
 
 
 def test_colocated_cycle_sends_weights_through_the_transfer_api(vllm):
-    from spreadrl.rollout.colocate import ColocatedRollouts
-    from spreadrl.rollout.vllm_policy import VLLMPolicy
+    from spreadrl.rollout.engines.vllm import VLLMPolicy
+    from spreadrl.rollout.engines.vllm_sync import ColocatedRollouts
 
     model = torch.nn.Linear(3, 2)
     policy = VLLMPolicy("m", **COLOCATED)
@@ -213,8 +213,8 @@ def test_colocated_cycle_sends_weights_through_the_transfer_api(vllm):
 
 
 def test_weight_sync_needs_an_engine_built_for_it(vllm):
-    from spreadrl.rollout.colocate import ColocatedRollouts
-    from spreadrl.rollout.vllm_policy import VLLMPolicy
+    from spreadrl.rollout.engines.vllm import VLLMPolicy
+    from spreadrl.rollout.engines.vllm_sync import ColocatedRollouts
 
     policy = VLLMPolicy("m", enable_sleep_mode=True)  # no weight_transfer
     with pytest.raises(RuntimeError, match="Weight transfer not configured"):
@@ -224,7 +224,7 @@ def test_weight_sync_needs_an_engine_built_for_it(vllm):
 def test_lora_weights_are_exported_merged_in_base_names():
     from peft import LoraConfig, get_peft_model
 
-    from spreadrl.rollout.colocate import export_metadata, export_weights
+    from spreadrl.rollout.engines.vllm_sync import export_metadata, export_weights
 
     base = torch.nn.Sequential(torch.nn.Linear(4, 4))
     model = get_peft_model(base, LoraConfig(r=2, target_modules=["0"], init_lora_weights=False))
@@ -245,7 +245,7 @@ def test_lora_export_leaves_the_base_weights_untouched_in_bf16():
     the base weights by rounding at every sync; the export computes out of place."""
     from peft import LoraConfig, get_peft_model
 
-    from spreadrl.rollout.colocate import export_weights
+    from spreadrl.rollout.engines.vllm_sync import export_weights
 
     torch.manual_seed(0)
     base = torch.nn.Sequential(torch.nn.Linear(64, 64)).to(torch.bfloat16)
@@ -264,8 +264,8 @@ def test_lora_export_leaves_the_base_weights_untouched_in_bf16():
 def test_lora_policy_syncs_merged_weights_through_the_transfer_api(vllm):
     from peft import LoraConfig, get_peft_model
 
-    from spreadrl.rollout.colocate import ColocatedRollouts
-    from spreadrl.rollout.vllm_policy import VLLMPolicy
+    from spreadrl.rollout.engines.vllm import VLLMPolicy
+    from spreadrl.rollout.engines.vllm_sync import ColocatedRollouts
 
     base = torch.nn.Sequential(torch.nn.Linear(4, 4))
     model = get_peft_model(base, LoraConfig(r=2, target_modules=["0"], init_lora_weights=False))
@@ -299,7 +299,7 @@ def test_the_fake_wire_refuses_what_vllms_msgpack_refuses(monkeypatch):
 def test_ipc_engine_is_built_to_decode_the_handles(vllm):
     import os
 
-    from spreadrl.rollout.vllm_policy import VLLMPolicy
+    from spreadrl.rollout.engines.vllm import VLLMPolicy
 
     VLLMPolicy("m", **COLOCATED)
     assert os.environ["VLLM_ALLOW_INSECURE_SERIALIZATION"] == "1"
@@ -310,8 +310,8 @@ def test_ipc_engine_is_built_to_decode_the_handles(vllm):
 def test_ipc_handles_without_the_variable_fail_as_in_vllm(vllm, monkeypatch, packed):
     """What issue 27 found against vLLM 0.33: the handles hold a torch.dtype and
     classes, which msgpack refuses, so the first update fails without the variable."""
-    import spreadrl.rollout.vllm_policy as vllm_policy
-    from spreadrl.rollout.colocate import ColocatedRollouts
+    import spreadrl.rollout.engines.vllm as vllm_policy
+    from spreadrl.rollout.engines.vllm_sync import ColocatedRollouts
 
     monkeypatch.setattr(vllm_policy, "allow_ipc_handles", lambda: None)
     policy = vllm_policy.VLLMPolicy("m", **COLOCATED)
@@ -321,8 +321,8 @@ def test_ipc_handles_without_the_variable_fail_as_in_vllm(vllm, monkeypatch, pac
 
 @pytest.mark.parametrize("packed", [True, False])
 def test_ipc_handles_carry_the_weights_through_the_wire(vllm, packed):
-    from spreadrl.rollout.colocate import ColocatedRollouts
-    from spreadrl.rollout.vllm_policy import VLLMPolicy
+    from spreadrl.rollout.engines.vllm import VLLMPolicy
+    from spreadrl.rollout.engines.vllm_sync import ColocatedRollouts
 
     model = torch.nn.Linear(3, 2).to(torch.bfloat16)
     policy = VLLMPolicy("m", **COLOCATED)
@@ -336,8 +336,8 @@ FILES = dict(enable_sleep_mode=True, weight_transfer="files")
 
 
 def test_files_sync_reloads_a_shared_memory_folder_in_place(vllm, tmp_path):
-    from spreadrl.rollout.colocate import ColocatedRollouts
-    from spreadrl.rollout.vllm_policy import VLLMPolicy
+    from spreadrl.rollout.engines.vllm import VLLMPolicy
+    from spreadrl.rollout.engines.vllm_sync import ColocatedRollouts
 
     model = torch.nn.Linear(3, 2)
     policy = VLLMPolicy("m", **FILES)
@@ -361,8 +361,8 @@ def test_files_sync_reloads_a_shared_memory_folder_in_place(vllm, tmp_path):
 
 
 def test_files_sync_writes_bounded_shards(vllm, tmp_path):
-    from spreadrl.rollout.colocate import FilesSync
-    from spreadrl.rollout.vllm_policy import VLLMPolicy
+    from spreadrl.rollout.engines.vllm import VLLMPolicy
+    from spreadrl.rollout.engines.vllm_sync import FilesSync
 
     model = torch.nn.Sequential(*[torch.nn.Linear(8, 8) for _ in range(3)])
     sync = FilesSync(
@@ -375,8 +375,8 @@ def test_files_sync_writes_bounded_shards(vllm, tmp_path):
 
 
 def test_engine_without_sleep_mode_is_not_put_to_sleep(vllm, tmp_path):
-    from spreadrl.rollout.colocate import ColocatedRollouts
-    from spreadrl.rollout.vllm_policy import VLLMPolicy
+    from spreadrl.rollout.engines.vllm import VLLMPolicy
+    from spreadrl.rollout.engines.vllm_sync import ColocatedRollouts
 
     policy = VLLMPolicy("m", weight_transfer="files")
     colo = ColocatedRollouts(policy, sync="files")
@@ -387,8 +387,8 @@ def test_engine_without_sleep_mode_is_not_put_to_sleep(vllm, tmp_path):
 
 
 def test_cpu_build_settings(vllm, monkeypatch):
-    from spreadrl.rollout import vllm_policy
-    from spreadrl.rollout.vllm_policy import CPU_KV_CACHE_BYTES, VLLMPolicy
+    from spreadrl.rollout.engines import vllm as vllm_policy
+    from spreadrl.rollout.engines.vllm import CPU_KV_CACHE_BYTES, VLLMPolicy
 
     gpu = VLLMPolicy("m", **COLOCATED)
     assert gpu.can_sleep and gpu.engine_args["enable_sleep_mode"] is True
@@ -414,7 +414,7 @@ def _tied_lm():
 
 def test_export_sends_tied_weights_under_both_names_in_the_engine_dtype():
     """vLLM's in-place reload unties the engine's head: it must get lm_head.weight."""
-    from spreadrl.rollout.colocate import export_metadata, export_weights
+    from spreadrl.rollout.engines.vllm_sync import export_metadata, export_weights
 
     model = _tied_lm()
     weights = dict(export_weights(model, torch.bfloat16))
@@ -429,8 +429,8 @@ def test_export_sends_tied_weights_under_both_names_in_the_engine_dtype():
 
 
 def test_files_sync_writes_a_tied_weight_without_shared_memory(vllm, tmp_path):
-    from spreadrl.rollout.colocate import FilesSync
-    from spreadrl.rollout.vllm_policy import VLLMPolicy
+    from spreadrl.rollout.engines.vllm import VLLMPolicy
+    from spreadrl.rollout.engines.vllm_sync import FilesSync
 
     sync = FilesSync(VLLMPolicy("m", **FILES))  # dtype auto: no cast, the two names share
     shards = sync.write(_tied_lm(), tmp_path)
@@ -444,8 +444,8 @@ def test_files_sync_casts_the_trainers_weights_to_the_engines_dtype(vllm, tmp_pa
     float32 master weights): the export is cast to it, once per sync."""
     from safetensors.torch import load_file
 
-    from spreadrl.rollout.colocate import FilesSync
-    from spreadrl.rollout.vllm_policy import VLLMPolicy
+    from spreadrl.rollout.engines.vllm import VLLMPolicy
+    from spreadrl.rollout.engines.vllm_sync import FilesSync
 
     sync = FilesSync(VLLMPolicy("m", dtype="bfloat16", **FILES))
     shards = sync.write(_tied_lm(), tmp_path)

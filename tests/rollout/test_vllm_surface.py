@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from spreadrl.rollout.colocate import EngineClient
+from spreadrl.rollout.engines.vllm_sync import EngineClient
 from tests.rollout import fake_vllm as fake
 from tools.vllm import surface
 from tools.vllm.contract import check_surface
@@ -79,7 +79,7 @@ def test_the_fake_ipc_trainer_has_the_recorded_members(monkeypatch):
     fake.install(monkeypatch)
     import torch
 
-    from spreadrl.rollout.colocate import weight_source
+    from spreadrl.rollout.engines.vllm_sync import weight_source
 
     trainer = fake.IPCTrainer(None, weight_source(torch.nn.Linear(1, 1)), True, True)
     recorded = surface.SURFACE["IPCTrainerWeightTransferEngine"].names

@@ -1,13 +1,13 @@
 """A torchrun rank's vLLM engine: pinned to the rank's GPU, spawned without torchrun's
-variables, with a compile cache of its own (spreadrl.rollout.vllm_policy)."""
+variables, with a compile cache of its own (spreadrl.rollout.engines.vllm)."""
 
 import os
 
 import pytest
 import torch
 
-from spreadrl.rollout import vllm_policy
-from spreadrl.rollout.vllm_policy import VLLMPolicy
+from spreadrl.rollout.engines import vllm as vllm_policy
+from spreadrl.rollout.engines.vllm import VLLMPolicy
 from tests.rollout import fake_vllm
 
 TORCHRUN = {

@@ -16,7 +16,7 @@ import pytest
 
 @pytest.fixture(scope="session")
 def tiny_policy(tiny_model):
-    from spreadrl.rollout.hf_policy import HFPolicy
+    from spreadrl.rollout.engines.hf import HFPolicy
 
     model, tokenizer = tiny_model
     return HFPolicy(model, tokenizer), tokenizer

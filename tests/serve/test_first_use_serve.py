@@ -37,8 +37,9 @@ def readme_run(tmp_path, monkeypatch, tiny_model_dir) -> Path:
 
 
 def test_serve_defaults_to_the_tools_the_model_was_trained_with(readme_run, monkeypatch, capsys):
-    import spreadrl.cli.serve as serve_cli
     import spreadrl.rollout.backends as backends
+
+    import spreadrl.cli.serve as serve_cli
     from spreadrl.cli.main import main
     from spreadrl.serve.page import index_html
 

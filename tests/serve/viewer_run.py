@@ -10,8 +10,8 @@ from pathlib import Path
 from spreadrl.env.factory import make_env_pool
 from spreadrl.eval.report import build_report
 from spreadrl.rollout.config import RolloutConfig
+from spreadrl.rollout.engines.scripted import format_tool_call
 from spreadrl.rollout.runner import EpisodeJob, run_episodes
-from spreadrl.rollout.scripted import format_tool_call
 from spreadrl.rollout.types import PolicyTurn
 from spreadrl.train.trajectory_log import save_step_trajectories
 from tests.env.gym_helpers import make_task, revenue_answer

@@ -20,13 +20,14 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
+import spreadrl.rollout.engines.hf as hf_engine
 import spreadrl.train.async_steps as async_steps
 import spreadrl.train.grpo as grpo
 import spreadrl.train.learner as learner
 import spreadrl.train.rollouts as rollouts
 from spreadrl.data.task import TaskSet
 from spreadrl.errors import RunStopped
-from spreadrl.rollout.hf_policy import HFPolicy
+from spreadrl.rollout.engines.hf import HFPolicy
 from spreadrl.train.config import GRPOConfig
 from spreadrl.train.sampler import EpochShuffle
 from tests.rollout.fakes import FakePool, make_task
@@ -97,7 +98,7 @@ class Hold:
             self.on_update(self.updates)
             return real_update(model, optimizer, samples, loss, *sections, **kwargs)
 
-        monkeypatch.setattr(async_steps, "HFPolicy", CountingHF)
+        monkeypatch.setattr(hf_engine, "HFPolicy", CountingHF)  # the producer's policy
         monkeypatch.setattr(rollouts, "collect_rollouts", collect)
         monkeypatch.setattr(learner, "policy_update", held_update)
 

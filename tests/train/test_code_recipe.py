@@ -10,7 +10,7 @@ from spreadrl.env.config import EnvConfig
 from spreadrl.env.factory import make_env_pool
 from spreadrl.eval.runner import read_trajectories, run_eval
 from spreadrl.rollout.config import RolloutConfig
-from spreadrl.rollout.scripted import OraclePolicy
+from spreadrl.rollout.engines.scripted import OraclePolicy
 from spreadrl.train.config import GRPOConfig, SFTConfig
 from spreadrl.train.grpo import train_grpo
 from spreadrl.train.sft import train_sft

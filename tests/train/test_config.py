@@ -134,7 +134,7 @@ def test_sampling_mode_off_survives_yaml_bools(tmp_path):
         ("reward.outcome=false", "turn on reward.outcome or reward.tool_call_reward"),
         (
             "rollout.backend=tgi",
-            r"rollout.backend: 'tgi' is not allowed; choose one of 'hf', 'vllm'",
+            r"rollout.backend: 'tgi' is not allowed; choose one of 'hf', 'vllm', 'openai'",
         ),
         ("loss.kl_estimator=k2", r"loss.kl_estimator.*'k1', 'k3'"),
         ("loss.aggregation=sum", r"'token-mean', 'seq-mean-token-mean'"),

@@ -28,7 +28,7 @@ from spreadrl.env.pool import EnvPool
 from spreadrl.env.types import EndReason, EpisodeResult, Observation, StepResult
 from spreadrl.errors import RunHalted
 from spreadrl.rollout.config import RolloutConfig
-from spreadrl.rollout.scripted import FINAL_ANSWER, format_tool_call
+from spreadrl.rollout.engines.scripted import FINAL_ANSWER, format_tool_call
 from spreadrl.rollout.types import PolicyTurn, Trajectory
 from spreadrl.train.config import DynamicSamplingConfig, GRPOConfig, RewardConfig
 from spreadrl.train.grpo import train_grpo

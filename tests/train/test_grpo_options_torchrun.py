@@ -88,7 +88,7 @@ def test_torchrun_two_ranks_equal_one_process(tiny_model_dir, tmp_path, monkeypa
 def test_hf_rows_sample_alike_whatever_shares_their_batch(tiny_model):
     # what the torchrun test rests on: with a seed per context, a row's tokens depend on
     # its own context and seed, not on the other rows of the batch or their order
-    from spreadrl.rollout.hf_policy import HFPolicy
+    from spreadrl.rollout.engines.hf import HFPolicy
     from spreadrl.rollout.types import SamplingParams
 
     model, tok = tiny_model

@@ -85,26 +85,18 @@ def test_dropped_groups_produce_no_samples():
 
 
 def test_the_hf_rollout_policy_samples_the_module_being_trained(tiny_model):
-    """Why GRPO keeps its own builder (build_rollout_policy's docstring): its policy
-    wraps the trained module itself, so every step samples the updated weights,
-    where eval's load_policy loads a checkpoint from a path."""
+    """Why a training engine is started around the model (RolloutEngine.start): the hf
+    engine's policy wraps the trained module itself, so every step samples the updated
+    weights, where eval's load_policy loads a checkpoint from a path."""
     from spreadrl.config import load_config
-    from spreadrl.reporting import LogReporter
     from spreadrl.train.config import GRPOConfig
     from spreadrl.train.distributed import DistInfo
-    from spreadrl.train.rollout_backend import build_rollout_policy
+    from spreadrl.train.rollout_backend import training_engine
 
     model, tok = tiny_model
     cfg = load_config(GRPOConfig, None, ["rollout.group_size=3", "rollout.prompts_per_step=5"])
-    policy, colocated = build_rollout_policy(
-        cfg.rollout,
-        cfg.model,
-        model,
-        tok,
-        DistInfo(),
-        LogReporter(),
-        max_prompt_tokens=0,
-        seed=0,
-    )
-    assert policy.model is model and colocated is None
+    engine = training_engine(cfg.rollout, cfg.model, DistInfo(), max_prompt_tokens=0, seed=0)
+    engine.start(model, tok)
+    policy = engine.policy
+    assert policy.model is model and not engine.colocated
     assert policy.max_batch_size == 15  # group_size * prompts_per_step

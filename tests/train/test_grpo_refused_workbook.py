@@ -18,9 +18,10 @@ from pathlib import Path
 
 import pytest
 
-import spreadrl.train.grpo as grpo
 from spreadrl.cli.main import main
 from spreadrl.data.builtin import builtin_tasks
+from spreadrl.rollout import engines
+from spreadrl.rollout.engines.hf import HFEngine
 from spreadrl.rollout.types import PolicyTurn
 
 RECIPE = Path(__file__).resolve().parents[2] / "configs" / "tiny-cpu.yaml"
@@ -74,14 +75,18 @@ def _solved_task(root: Path) -> Path:
     return root
 
 
+class BombEngine(HFEngine):
+    """The hf engine (the trainer's model, gathered) sampling with :class:`BombOrAnswer`."""
+
+    def start(self, model, tokenizer):
+        self.policy = BombOrAnswer(tokenizer)
+        return []
+
+
 @pytest.mark.slow
 def test_a_grpo_step_survives_an_agent_that_writes_a_bomb(tiny_model_dir, tmp_path, monkeypatch):
     tasks = _solved_task(tmp_path / "tasks")
-    monkeypatch.setattr(
-        grpo,  # the recipe builds its rollout policy by this name
-        "build_rollout_policy",
-        lambda rollout, model_cfg, model, tokenizer, *a, **k: (BombOrAnswer(tokenizer), None),
-    )
+    monkeypatch.setitem(engines.ENGINES, "bomb", BombEngine)  # rollout.backend=bomb below
     out = tmp_path / "run"
     args = ["spreadrl", "--verbose", "grpo", "--config", str(RECIPE)]
     args += [
@@ -89,6 +94,7 @@ def test_a_grpo_step_survives_an_agent_that_writes_a_bomb(tiny_model_dir, tmp_pa
         f"data.train_tasks={tasks}",
         f"output_dir={out}",
         "steps=1",
+        "rollout.backend=bomb",
         "rollout.group_size=2",
         "rollout.prompts_per_step=1",
         "rollout.max_turns=3",

@@ -26,7 +26,7 @@ import spreadrl.env.checker as checker
 from spreadrl.cli.main import main
 from spreadrl.data.builtin import builtin_tasks
 from spreadrl.models.init import load_model_and_tokenizer
-from spreadrl.rollout.hf_policy import stop_token_ids
+from spreadrl.rollout.engines.hf import stop_token_ids
 
 RECIPE = Path(__file__).resolve().parents[2] / "configs" / "tiny-cpu.yaml"
 STEPS, GROUP, PROMPTS = 2, 4, 2

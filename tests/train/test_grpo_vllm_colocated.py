@@ -16,8 +16,7 @@ import torch
 
 from spreadrl.data.task import TaskSet
 from spreadrl.errors import ConfigError, MissingDependencyError
-from spreadrl.reporting import LogReporter
-from spreadrl.rollout.hf_policy import HFPolicy
+from spreadrl.rollout.engines.hf import HFPolicy
 from spreadrl.rollout.types import SamplingParams
 from spreadrl.train.grpo import train_grpo
 from tests.rollout import fake_vllm
@@ -63,7 +62,7 @@ class TransformersLLM(fake_vllm.FakeLLM):
 
 @pytest.fixture()
 def transformers_vllm(monkeypatch):
-    import spreadrl.rollout.vllm_policy as vllm_policy
+    import spreadrl.rollout.engines.vllm as vllm_policy
 
     module = fake_vllm.install(monkeypatch, TransformersLLM)
     monkeypatch.setattr(vllm_policy, "require_vllm_gpu", vllm_policy.import_vllm)  # no GPU here
@@ -140,30 +139,23 @@ def test_vllm_backend_needs_a_prompt_budget(transformers_vllm, tiny_model_dir, t
 def test_vllm_backend_under_torchrun_builds_one_engine_per_rank(monkeypatch, tiny_model):
     # no longer refused: each rank gets an engine of its own, pinned to its GPU
     # (end to end: tests/train/test_grpo_vllm_torchrun.py)
-    import spreadrl.rollout.vllm_policy as vllm_policy
+    import spreadrl.rollout.engines.vllm as vllm_policy
     from spreadrl.config import load_config
-    from spreadrl.train.checks import check_rollout_backend
     from spreadrl.train.config import GRPOConfig
     from spreadrl.train.distributed import DistInfo
-    from spreadrl.train.rollout_backend import build_rollout_policy
+    from spreadrl.train.rollout_backend import training_engine
 
     fake_vllm.install(monkeypatch)
     monkeypatch.setattr(vllm_policy, "require_vllm_gpu", vllm_policy.import_vllm)
     cfg = load_config(GRPOConfig, None, VLLM)
     rank1 = DistInfo(rank=1, world_size=2, local_rank=1, device="cuda:1", launched=True)
-    check_rollout_backend(cfg.rollout, cfg.data.max_prompt_tokens)
     model, tokenizer = tiny_model
-    engine, colocated = build_rollout_policy(
-        cfg.rollout,
-        cfg.model,
-        model,
-        tokenizer,
-        rank1,
-        LogReporter(),
-        max_prompt_tokens=cfg.data.max_prompt_tokens,
-        seed=cfg.seed,
+    rollout_engine = training_engine(
+        cfg.rollout, cfg.model, rank1, max_prompt_tokens=cfg.data.max_prompt_tokens, seed=cfg.seed
     )
-    assert colocated is not None and engine.local_rank == 1
+    rollout_engine.start(model, tokenizer)
+    engine = rollout_engine.policy
+    assert rollout_engine.colocated and engine.local_rank == 1
     assert engine.llm.kwargs["device_ids"] == [1]
     assert engine.llm.kwargs["seed"] == cfg.seed + 1
 

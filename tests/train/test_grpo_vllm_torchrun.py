@@ -52,7 +52,7 @@ def _state(path):
 
 @pytest.mark.slow
 def test_torchrun_vllm_one_engine_per_rank_gets_full_weights(monkeypatch, tiny_model_dir, tmp_path):
-    import spreadrl.rollout.vllm_policy as vllm_policy
+    import spreadrl.rollout.engines.vllm as vllm_policy
 
     single = tmp_path / "single"
     with monkeypatch.context() as patch:

@@ -87,7 +87,7 @@ def test_the_held_out_eval_samples_at_eval_temperature(monkeypatch):
         run = held_out.HeldOut(
             tasks, FakePool(), None, cfg.eval, cfg.rollout, 1, 0, 64, "float32", None, DistInfo()
         )
-        run.run(tasks, 1, policy=None, colocated=None)
+        run.run(tasks, 1, SimpleNamespace(policy=None))
         assert seen[-1] == expected
     assert cfg.rollout.temperature == 0.6  # training keeps its own temperature
 

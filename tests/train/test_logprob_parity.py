@@ -3,7 +3,7 @@
 import pytest
 import torch
 
-from spreadrl.rollout.hf_policy import HFPolicy
+from spreadrl.rollout.engines.hf import HFPolicy
 from spreadrl.rollout.types import SamplingParams
 from spreadrl.train.batching import Sample, collate
 from spreadrl.train.logprobs import sequence_logprobs

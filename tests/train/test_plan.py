@@ -182,7 +182,7 @@ def test_plan_cli_prints_the_table_and_refuses_in_one_line():
 def test_the_engines_kv_capacity_is_read_and_reported():
     from types import SimpleNamespace
 
-    from spreadrl.train.plan import engine_capacity_line, engine_kv_tokens
+    from spreadrl.rollout.engines.vllm_engine import engine_capacity_line, engine_kv_tokens
 
     cache = SimpleNamespace(num_gpu_blocks=17_642, block_size=16)
     llm = SimpleNamespace(

@@ -8,7 +8,7 @@ import pytest
 from spreadrl.config import load_config
 from spreadrl.errors import SpreadrlError
 from spreadrl.models.init import load_model_and_tokenizer
-from spreadrl.rollout.scripted import format_tool_call
+from spreadrl.rollout.engines.scripted import format_tool_call
 from spreadrl.train.config import SFTConfig
 from spreadrl.train.run_identity import claim_training_folder
 from spreadrl.train.sft import train_sft

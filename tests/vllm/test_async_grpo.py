@@ -33,13 +33,13 @@ STEPS = 4
 def test_async_grpo_on_vllm_reloads_published_weights_between_engine_steps(
     qwen3_tiny, tmp_path, monkeypatch
 ):
-    import spreadrl.train.async_rollouts as async_rollouts
+    import spreadrl.rollout.engines.vllm_sync as vllm_sync
 
     probe = probe_ids(qwen3_tiny)
     published: dict[str, list[float]] = {}  # folder -> the trainer's probe at that version
     applied: list[str] = []
     engines = []
-    write, reload = async_rollouts.FilesReload.write, async_rollouts.FilesReload.__call__
+    write, reload = vllm_sync.FilesReload.write, vllm_sync.FilesReload.__call__
 
     def spy_write(self, model):
         folder = write(self, model)
@@ -51,8 +51,8 @@ def test_async_grpo_on_vllm_reloads_published_weights_between_engine_steps(
         applied.append(str(payload))
         reload(self, payload)
 
-    monkeypatch.setattr(async_rollouts.FilesReload, "write", spy_write)
-    monkeypatch.setattr(async_rollouts.FilesReload, "__call__", spy_reload)
+    monkeypatch.setattr(vllm_sync.FilesReload, "write", spy_write)
+    monkeypatch.setattr(vllm_sync.FilesReload, "__call__", spy_reload)
     out = tmp_path / "run"
     two_turns_one_step_stale = [
         "rollout.max_staleness=1",

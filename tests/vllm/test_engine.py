@@ -31,8 +31,8 @@ TOL = 1e-3
 def engine(qwen3_tiny):
     from transformers import AutoTokenizer
 
-    from spreadrl.rollout.hf_policy import stop_token_ids
-    from spreadrl.rollout.vllm_policy import VLLMPolicy
+    from spreadrl.rollout.engines.hf import stop_token_ids
+    from spreadrl.rollout.engines.vllm import VLLMPolicy
 
     tokenizer = AutoTokenizer.from_pretrained(qwen3_tiny)
     policy = VLLMPolicy(
@@ -72,7 +72,7 @@ def _trainer_logprobs(model, contexts, turns, temperature):
 
 
 def test_the_engine_runs_on_the_cpu_build(engine):
-    from spreadrl.rollout.vllm_policy import vllm_cpu_build
+    from spreadrl.rollout.engines.vllm import vllm_cpu_build
 
     policy, _ = engine
     assert vllm_cpu_build()
@@ -187,7 +187,7 @@ def test_max_tokens_and_stop_ids_are_honoured(engine):
     )
     assert len(turn.token_ids) == 5 and turn.finish_reason == "length"
     # the random model's 3rd token as a stop id: the turn ends right there, as "stop"
-    from spreadrl.rollout.vllm_policy import VLLMPolicy
+    from spreadrl.rollout.engines.vllm import VLLMPolicy
 
     stopper = VLLMPolicy("unused", llm=policy.llm, stop_token_ids=[turn.token_ids[2]])
     (cut,) = stopper.act(

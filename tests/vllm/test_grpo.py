@@ -37,7 +37,7 @@ STEPS = 3
 
 @pytest.mark.timeout(1500)
 def test_grpo_on_vllm_weights_arrive_after_every_sync(qwen3_tiny, tmp_path, monkeypatch):
-    from spreadrl.rollout.colocate import ColocatedRollouts, FilesSync
+    from spreadrl.rollout.engines.vllm_sync import ColocatedRollouts, FilesSync
 
     probe = probe_ids(qwen3_tiny)
     seen: list[tuple[list[float], list[float], torch.Tensor]] = []

@@ -12,7 +12,7 @@ vLLM wheel that defines it. Three things are checked against it:
 - the vLLM fakes in the tests declare exactly the parameters recorded here
   (no ``**kwargs``), and a test compares their signatures with this file, so a
   fake refuses what vLLM refuses;
-- :mod:`spreadrl.rollout.vllm_policy` and :mod:`spreadrl.rollout.colocate` run
+- :mod:`spreadrl.rollout.engines.vllm` and :mod:`spreadrl.rollout.engines.vllm_sync` run
   against those fakes in the tests, so an argument they pass that is not
   recorded here fails there.
 
@@ -105,7 +105,7 @@ _WT = "vllm/distributed/weight_transfer"
 SURFACE: dict[str, Entry] = {
     # -- the package's exports
     "vllm": Exports("vllm/__init__.py", ("LLM", "SamplingParams")),
-    # -- the offline engine, built from the recipe (spreadrl.rollout.vllm_policy.engine_kwargs)
+    # -- the offline engine, built from the recipe (spreadrl.rollout.engines.vllm.engine_kwargs)
     "LLM": Params(
         _LLM,
         "LLM.__init__",
@@ -207,7 +207,7 @@ SURFACE: dict[str, Entry] = {
     # LOCAL_RANK) and with a compile cache of its own (vllm_policy.engine_process_env)
     "local_rank": EnvVar("LOCAL_RANK"),
     "cache_root": EnvVar("VLLM_CACHE_ROOT"),
-    # -- vLLM's weight-transfer API for RL trainers (spreadrl.rollout.colocate)
+    # -- vLLM's weight-transfer API for RL trainers (spreadrl.rollout.engines.vllm_sync)
     "weight_transfer": Exports(
         f"{_WT}/__init__.py", ("WeightSource", "ParamMeta", "WeightTransferTrainerFactory")
     ),
@@ -253,7 +253,7 @@ SURFACE: dict[str, Entry] = {
 
 VERSION_SURFACE: dict[str, dict[str, Entry]] = {
     # 0.32 asks a WeightSource for metadata() and iteration; 0.33 for a cached
-    # metadata property, iter_full() and owned_names() (colocate.weight_source takes both)
+    # metadata property, iter_full() and owned_names() (vllm_sync.weight_source takes both)
     "0.32": {"WeightSource": Members(f"{_WT}/base.py", "WeightSource", ("metadata", "__iter__"))},
 }
 

@@ -25,7 +25,7 @@ if os.environ.get("SPREADRL_FAKE_VLLM_OUT") and "LOCAL_RANK" in os.environ:
 
     import torch
 
-    import spreadrl.rollout.vllm_policy as vllm_policy
+    import spreadrl.rollout.engines.vllm as vllm_policy
     from tests.rollout import fake_vllm
     from tests.train.test_grpo_vllm_colocated import TransformersLLM
 

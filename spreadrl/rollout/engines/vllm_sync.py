@@ -8,7 +8,7 @@ Two ways, ``rollout.weight_sync``:
   and loads it in place. The engine is created with
   ``weight_transfer_config={"backend": "ipc"}`` and
   ``VLLM_ALLOW_INSECURE_SERIALIZATION=1``, without which vLLM's msgpack refuses the
-  handles (:func:`spreadrl.rollout.vllm_policy.allow_ipc_handles`).
+  handles (:func:`spreadrl.rollout.engines.vllm.allow_ipc_handles`).
 - ``files`` (:class:`FilesSync`, any device, the path CI runs on vLLM's CPU build):
   the weights are written as safetensors shards to a fresh folder in shared memory
   (``/dev/shm``), then every worker reloads them in place
@@ -37,7 +37,7 @@ Under FSDP each full tensor is gathered when it is sent; vLLM serves the merged
 function the trainer computes and never sees a LoRA adapter.
 
 Under torchrun every rank has its own engine, in its own process, on the rank's
-GPU (:class:`spreadrl.rollout.vllm_policy.VLLMPolicy` ``local_rank``), and
+GPU (:class:`spreadrl.rollout.engines.vllm.VLLMPolicy` ``local_rank``), and
 every rank is the sender to its own engine: vLLM's trainer-side ipc engine
 all-gathers the handles of all ranks over the default process group and the
 sender ships the merged ``{GPU UUID: handle}`` map
@@ -62,8 +62,6 @@ from typing import TYPE_CHECKING
 
 import torch
 
-from spreadrl.rollout.vllm_policy import VLLMPolicy
-
 if TYPE_CHECKING:  # vLLM is the gpu extra: imported when a sync is built, never here
     from vllm import LLM
     from vllm.distributed.weight_transfer.base import (
@@ -71,6 +69,8 @@ if TYPE_CHECKING:  # vLLM is the gpu extra: imported when a sync is built, never
         TrainerWeightTransferEngine,
         WeightSource,
     )
+
+    from spreadrl.rollout.engines.vllm import VLLMPolicy
 
 SHARD_BYTES = 1 << 30
 """FilesSync writes shards of about this size, each moved to the CPU on its own, so
@@ -384,3 +384,28 @@ class ColocatedRollouts:
         sleep mode, as on vLLM's CPU build, keeps it)."""
         if self.policy.can_sleep:
             self.policy.sleep(level=self.sleep_level)
+
+
+class FilesReload:
+    """The vLLM producer's weight sync: the trainer writes a folder (:meth:`write`, its
+    thread, at a step boundary), the producer reloads it between engine steps
+    (:meth:`__call__`, its thread) and removes it."""
+
+    def __init__(self, policy: VLLMPolicy, files: FilesSync) -> None:
+        self.policy = policy
+        self.files = files
+
+    def write(self, model: torch.nn.Module) -> str:
+        folder = Path(tempfile.mkdtemp(prefix="spreadrl-async-", dir=self.files.root))
+        self.files.write(model, folder)
+        return str(folder)
+
+    def __call__(self, payload: object) -> None:
+        try:
+            self.policy.llm.collective_rpc("reload_weights", kwargs={"weights_path": str(payload)})
+        finally:
+            self.discard(payload)
+
+    @staticmethod
+    def discard(payload: object) -> None:
+        shutil.rmtree(str(payload), ignore_errors=True)

@@ -30,9 +30,13 @@ from typing import TYPE_CHECKING, Any, Literal
 
 from spreadrl.errors import SpreadrlError
 from spreadrl.rollout.chat import FALLBACK, HERMES_TOOL_RESPONSE, hermes_tool_call
+from spreadrl.rollout.engine import EvalEngine, LoadSpec, require_model
 from spreadrl.rollout.types import PolicyTurn, SamplingParams
 
 if TYPE_CHECKING:
+    from transformers import PreTrainedTokenizerBase
+
+    from spreadrl.rollout.policy import Policy
     from spreadrl.rollout.runner import EpisodeState
 
 
@@ -204,3 +208,14 @@ def _with_reasoning(message: dict[str, Any]) -> str:
     if not isinstance(reasoning, str):
         return message["content"]
     return FALLBACK.assistant_text(message["content"], reasoning)
+
+
+class OpenAIEngine(EvalEngine):
+    """``--backend openai``: a chat-completions endpoint (``--base-url``) serving
+    ``--model``; message-level, so no tokenizer."""
+
+    name = "openai"
+
+    @classmethod
+    def load(cls, spec: LoadSpec) -> tuple[Policy, PreTrainedTokenizerBase | None]:
+        return OpenAIPolicy(require_model("openai", spec), base_url=spec.base_url), None

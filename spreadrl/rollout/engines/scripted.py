@@ -11,9 +11,13 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING, Literal
 
 from spreadrl.rollout.chat import render_tool_call
+from spreadrl.rollout.engine import EvalEngine, LoadSpec
 from spreadrl.rollout.types import PolicyTurn, SamplingParams
 
 if TYPE_CHECKING:
+    from transformers import PreTrainedTokenizerBase
+
+    from spreadrl.rollout.policy import Policy
     from spreadrl.rollout.runner import EpisodeState
 
 FINAL_ANSWER = "Done."
@@ -57,3 +61,23 @@ class NoopPolicy:
         self, states: Sequence[EpisodeState], params: SamplingParams
     ) -> list[PolicyTurn]:
         return [PolicyTurn(text=FINAL_ANSWER) for _ in states]
+
+
+class OracleEngine(EvalEngine):
+    """``--backend oracle``: the reference solutions, no model."""
+
+    name = "oracle"
+
+    @classmethod
+    def load(cls, spec: LoadSpec) -> tuple[Policy, PreTrainedTokenizerBase | None]:
+        return OraclePolicy(), None
+
+
+class NoopEngine(EvalEngine):
+    """``--backend noop``: a final answer at once, no model."""
+
+    name = "noop"
+
+    @classmethod
+    def load(cls, spec: LoadSpec) -> tuple[Policy, PreTrainedTokenizerBase | None]:
+        return NoopPolicy(), None

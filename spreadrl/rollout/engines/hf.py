@@ -28,7 +28,9 @@ out halves of a step sample what one process sampling all of it does.
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Sequence
+import copy
+from collections.abc import Callable, MutableMapping, Sequence
+from contextlib import AbstractContextManager
 from typing import Literal
 
 import torch
@@ -43,8 +45,19 @@ from transformers.cache_utils import Cache, DynamicLayer, StaticCache
 
 from spreadrl.rollout.cascade import cascade_attention, cascade_cache, is_cascade_cache
 from spreadrl.rollout.chat import chat_format
+from spreadrl.rollout.config import RolloutConfig
+from spreadrl.rollout.engine import (
+    EngineMemory,
+    LoadSpec,
+    MemoryQuery,
+    PlanView,
+    RolloutEngine,
+    TrainingSetup,
+    WeightFeed,
+    require_model,
+)
 from spreadrl.rollout.kv_cache import PreallocatedLayer, cache_name, output_cache
-from spreadrl.rollout.policy import Contexts, Seeds
+from spreadrl.rollout.policy import Contexts, Policy, Seeds
 from spreadrl.rollout.sampling import SampledLogprobs
 from spreadrl.rollout.types import PolicyTurn, SamplingParams
 
@@ -317,3 +330,112 @@ def _left_padded(contexts: Contexts, pad_id: int) -> tuple[torch.Tensor, torch.T
         input_ids[row, width - len(ctx) :] = torch.tensor(list(ctx), dtype=torch.long)
         attention[row, width - len(ctx) :] = 1
     return input_ids, attention
+
+
+class HFEngine:
+    """The transformers engine: in GRPO it samples with the trainer's own model.
+
+    Nothing to sync (each step samples the very module being updated, FSDP- or
+    LoRA-wrapped), nothing to put to sleep; the trainer gathers its shards and casts
+    to the compute dtype around each rollout phase (``colocated`` is False). Eval and
+    serve load a checkpoint instead (:meth:`load`)."""
+
+    colocated = False
+
+    def __init__(self, rollout: RolloutConfig, policy: Policy | None = None) -> None:
+        self.rollout = rollout
+        self._policy = policy  # built by start(), or given
+
+    @property
+    def policy(self) -> Policy:
+        if self._policy is None:
+            raise RuntimeError("the hf engine samples once start() has built its policy")
+        return self._policy
+
+    @classmethod
+    def for_training(cls, setup: TrainingSetup) -> RolloutEngine:
+        return cls(setup.rollout)
+
+    @classmethod
+    def load(cls, spec: LoadSpec) -> tuple[Policy, PreTrainedTokenizerBase | None]:
+        from spreadrl.models.init import load_model_and_tokenizer
+
+        path = require_model("hf", spec)
+        model, tokenizer = load_model_and_tokenizer(path, dtype=spec.dtype, device=spec.device)
+        return HFPolicy(model, tokenizer, max_batch_size=spec.max_batch_size), tokenizer
+
+    @classmethod
+    def plan(cls, query: MemoryQuery) -> EngineMemory:
+        """The trainer's own model samples, gathered, with transformers' KV cache."""
+        cache = query.sequences * query.max_model_len * query.kv_bytes_per_token
+        return EngineMemory(generation=query.resident + query.gathered + cache)
+
+    @classmethod
+    def plan_report(
+        cls, query: MemoryQuery, plan: PlanView
+    ) -> tuple[list[str] | None, list[tuple[str, str, str]]]:
+        return None, []  # generation is the trainer's: the plan checks it as its own phase
+
+    @classmethod
+    def allows_expandable_segments(cls, environ: MutableMapping[str, str]) -> bool:
+        return True
+
+    def _batch(self) -> int:
+        return self.rollout.group_size * self.rollout.prompts_per_step
+
+    def start(self, model: torch.nn.Module, tokenizer: PreTrainedTokenizerBase) -> list[str]:
+        self._policy = HFPolicy(
+            model,
+            tokenizer,
+            max_batch_size=self._batch(),
+            static_cache=self.rollout.hf_static_cache,
+        )
+        return []
+
+    def sync(self, model: torch.nn.Module) -> None:
+        pass  # the policy samples with the trained module itself
+
+    def sleep(self) -> None:
+        pass  # holds nothing of its own beside the trainer
+
+    def eval_engine(
+        self, model: torch.nn.Module, tokenizer: PreTrainedTokenizerBase
+    ) -> RolloutEngine:
+        return self  # the trainer's model, as the rollouts sample it
+
+    def producer(
+        self,
+        model: torch.nn.Module,
+        tokenizer: PreTrainedTokenizerBase,
+        context: Callable[[torch.nn.Module], AbstractContextManager[object]],
+    ) -> WeightFeed:
+        """A copy of the trainer's model (no gradients), loaded from a snapshot of the
+        trainer's weights at each step boundary: one more copy of the weights, plus
+        a snapshot in flight."""
+        sampler_model = copy.deepcopy(model)
+        for p in sampler_model.parameters():
+            p.requires_grad_(False)
+        return WeightFeed(
+            policy=HFPolicy(sampler_model, tokenizer, max_batch_size=self._batch()),
+            export=snapshot_weights,
+            load=weight_loader(sampler_model),
+            context=lambda: context(sampler_model),
+        )
+
+
+def snapshot_weights(model: torch.nn.Module) -> dict[str, torch.Tensor]:
+    """A copy of ``model``'s state dict, taken at a step boundary in the trainer's thread,
+    so the producer loads consistent weights while the trainer goes on updating."""
+    return {name: t.detach().clone() for name, t in model.state_dict().items()}
+
+
+def weight_loader(copy: torch.nn.Module) -> Callable[[object], None]:
+    """``load`` for the hf producer: loads a :func:`snapshot_weights` into its own copy."""
+
+    def apply(payload: object) -> None:
+        if not isinstance(payload, dict):
+            raise TypeError(f"the hf producer loads a state dict, got {type(payload).__name__}")
+        with torch.no_grad():
+            copy.load_state_dict(payload)
+
+    return apply

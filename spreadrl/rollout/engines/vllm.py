@@ -10,7 +10,9 @@ turn scheduler), and ``submit``/``poll``/``abort`` feed single turns into the
 running engine and collect them as they finish (the episode scheduler of
 :mod:`spreadrl.rollout.streaming`, which never makes the engine wait for tools).
 
-Weight sync for a colocated trainer lives in :mod:`spreadrl.rollout.colocate`.
+Weight sync for a colocated trainer lives in :mod:`spreadrl.rollout.engines.vllm_sync`,
+the engine GRPO, eval, serve and the plan pick by name in
+:mod:`spreadrl.rollout.engines.vllm_engine`.
 """
 
 from __future__ import annotations
