@@ -70,7 +70,7 @@ def test_harness_reproducing_the_loops_prompts_gives_its_tokens(tmp_path, chat):
 
 
 def test_hf_policy_through_the_endpoint_samples_what_the_loop_samples(tmp_path, tiny_model):
-    from spreadrl.rollout.hf_policy import HFPolicy
+    from spreadrl.rollout.engines.hf import HFPolicy
 
     model, tokenizer = tiny_model
     chat = EpisodeChat.of(tokenizer)
