@@ -67,13 +67,13 @@ def sft_build(
     from spreadrl.cli.console import cli_console
     from spreadrl.env.factory import make_env_pool
     from spreadrl.rollout.config import RolloutConfig
-    from spreadrl.rollout.engine import LoadSpec, load_policy
+    from spreadrl.rollout.engine import load_policy
     from spreadrl.rollout.types import RunValues
     from spreadrl.train.sft_build import build_sft_data, model_context
 
     env, turns, default_tasks = _recipe_settings(config, preset, max_turns)
     task_set = _task_set(tasks or default_tasks)
-    policy, tokenizer = load_policy(backend, LoadSpec(model, base_url=base_url))
+    policy, tokenizer = load_policy(backend, model, base_url=base_url)
     context = model_context(model) if model is not None else None
     # the rollout defaults but for the flags: up to 1,024 new tokens a turn, as in training
     cfg = RolloutConfig(temperature=temperature, max_turns=turns)

@@ -117,9 +117,10 @@ def run_eval_command(
 
 def _check_model_is_no_run(spec: EvalSpec) -> None:
     """``--model runs/grpo`` names a run folder: point at the model folder it holds."""
+    from spreadrl.rollout.engine import engine_can
     from spreadrl.run_folder import RUN_FILE
 
-    folder = Path(spec.model) if spec.model and spec.backend in ("hf", "vllm") else None
+    folder = Path(spec.model) if spec.model and engine_can(spec.backend, "loads_weights") else None
     if folder is None or not (folder / RUN_FILE).is_file() or (folder / "config.json").exists():
         return
     final = folder / "final"
@@ -138,17 +139,17 @@ def _run(
     """Load the policy and the gym, record the settings, run every episode; the report."""
     from spreadrl.env.factory import make_env_pool
     from spreadrl.eval.runner import engine_context_tokens, run_eval, save_eval_config
-    from spreadrl.rollout.engine import LoadSpec, load_policy
+    from spreadrl.rollout.engine import load_policy
     from spreadrl.rollout.types import RunValues
 
-    load = LoadSpec(
+    policy, tokenizer = load_policy(
+        spec.backend,
         spec.model,
         device=engine.device,
         base_url=engine.base_url,
         max_batch_size=engine.batch_size,
         max_model_len=engine_context_tokens(cfg.data.max_prompt_tokens, cfg.rollout),
     )
-    policy, tokenizer = load_policy(spec.backend, load)
     max_prompt = cfg.data.max_prompt_tokens
     with make_env_pool(cfg.env, workers=cfg.rollout.concurrency) as pool:
         save_eval_config(

@@ -81,7 +81,7 @@ def serve(
 ) -> None:
     import logging
 
-    from spreadrl.rollout.engine import LoadSpec, load_policy
+    from spreadrl.rollout.engine import load_policy
     from spreadrl.serve.context import context_tokens, recipe_preset, served_model_id
     from spreadrl.serve.listen import bind
     from spreadrl.serve.schemas import ServeSettings
@@ -109,8 +109,7 @@ def serve(
         env_workers=env_workers,
     )
     try:
-        spec = LoadSpec(model, device=device, max_model_len=max_model_len)
-        policy, tokenizer = load_policy(backend, spec)
+        policy, tokenizer = load_policy(backend, model, device=device, max_model_len=max_model_len)
     except BaseException:
         sock.close()
         raise

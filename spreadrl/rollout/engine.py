@@ -246,11 +246,22 @@ def engine_can(name: str, ability: str) -> bool:
     return bool(getattr(entry, ability, False))
 
 
-def load_policy(backend: str, spec: LoadSpec) -> tuple[Policy, PreTrainedTokenizerBase | None]:
+def load_policy(
+    backend: str,
+    model: str | None = None,
+    *,
+    device: str = "cpu",
+    dtype: str = "auto",
+    base_url: str | None = None,
+    max_batch_size: int = 64,
+    max_model_len: int | None = None,
+) -> tuple[Policy, PreTrainedTokenizerBase | None]:
     """Return ``(policy, tokenizer)`` of engine ``backend`` over a fixed checkpoint (eval,
     serve, ``data sft-build``); the tokenizer is None for message-level policies.
 
     GRPO builds its engine around the model it trains instead
     (:meth:`RolloutEngine.for_training`): there the hf engine wraps the very module
-    being trained and a colocated engine shares the GPU with the trainer."""
+    being trained and a colocated engine shares the GPU with the trainer. The
+    settings are :class:`LoadSpec`'s."""
+    spec = LoadSpec(model, device, dtype, base_url, max_batch_size, max_model_len)
     return engine_class(backend).load(spec)

@@ -100,14 +100,13 @@ def train_grpo(
     loss = replace(cfg.loss, tis=True) if cfg.rollout.max_staleness else cfg.loss
     memory = PeakMemory(info.device)  # the rollout's peak, then the passes' and update's
     scoring = Scoring.for_run(cfg.rollout, cfg.optim, compute)
-    pad_id = tokenizer.pad_token_id or 0
     scorer = Scorer(
         model=model,
         reference=reference,
         optim=cfg.optim,
         scoring=scoring,
         per_step=per_step,
-        pad_id=pad_id,
+        pad_id=tokenizer.pad_token_id or 0,
         memory=memory,
     )
     learner = Learner(
@@ -120,7 +119,7 @@ def train_grpo(
         info=info,
         seed=cfg.seed,
         per_step=per_step,
-        pad_id=pad_id,
+        pad_id=tokenizer.pad_token_id or 0,
         memory=memory,
     )
     with ExitStack() as owned:  # what the run opens, closed last-opened first

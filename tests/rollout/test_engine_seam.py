@@ -85,6 +85,7 @@ def test_every_registered_engine_answers_what_its_callers_ask():
 
     assert engines_that("trains") == engines_that("serves") == ["hf", "vllm"]
     assert engines_that("needs_model") == ["hf", "vllm", "openai"]
+    assert engines_that("loads_weights") == ["hf", "vllm"]
     for name in ENGINES:
         cls = engine_class(name)
         assert isinstance(cls.colocated, bool) and callable(cls.load), name

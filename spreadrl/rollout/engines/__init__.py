@@ -4,7 +4,7 @@
 (:func:`~spreadrl.rollout.engine.engine_class`); :data:`ENGINES` is the one line a
 new engine adds beside its own module. An entry holds the engine's import path and
 what callers ask before anything is loaded (whether GRPO can train with it, whether
-``spreadrl serve`` runs it, whether it loads ``--model``), so a refused flag never
+``spreadrl serve`` runs it, whether it samples ``--model`` and loads its weights), so a refused flag never
 imports torch, vLLM or an HTTP client. A test may register an engine class instead
 of an entry: its class attributes of the same names answer.
 """
@@ -16,22 +16,18 @@ from dataclasses import dataclass
 
 @dataclass(frozen=True)
 class Entry:
-    """A registered engine: ``module:Class`` and what it can do."""
+    """A registered engine: ``module:Class`` and what it can do (in this order)."""
 
     path: str
     trains: bool = False  # GRPO samples with it (it takes the trainer's weights)
     serves: bool = False  # spreadrl serve runs it (token-level)
-    needs_model: bool = False  # eval, serve and sft-build load --model for it
+    needs_model: bool = False  # it samples --model (eval defaults it to the recipe's)
+    loads_weights: bool = False  # it loads --model's weights itself (a folder or a Hub id)
 
 
 ENGINES: dict[str, Entry | type] = {
-    "hf": Entry("spreadrl.rollout.engines.hf:HFEngine", trains=True, serves=True, needs_model=True),
-    "vllm": Entry(
-        "spreadrl.rollout.engines.vllm_engine:VLLMEngine",
-        trains=True,
-        serves=True,
-        needs_model=True,
-    ),
+    "hf": Entry("spreadrl.rollout.engines.hf:HFEngine", True, True, True, True),
+    "vllm": Entry("spreadrl.rollout.engines.vllm_engine:VLLMEngine", True, True, True, True),
     "openai": Entry("spreadrl.rollout.engines.openai:OpenAIEngine", needs_model=True),
     "oracle": Entry("spreadrl.rollout.engines.scripted:OracleEngine"),
     "noop": Entry("spreadrl.rollout.engines.scripted:NoopEngine"),
@@ -39,6 +35,6 @@ ENGINES: dict[str, Entry | type] = {
 
 
 def engines_that(ability: str) -> list[str]:
-    """The registered engines that say yes to ``ability`` ("trains", "serves",
-    "needs_model"), read off the registry without importing any engine."""
+    """The registered engines that say yes to ``ability`` (an :class:`Entry` field),
+    read off the registry without importing any engine."""
     return [name for name, entry in ENGINES.items() if getattr(entry, ability, False)]
