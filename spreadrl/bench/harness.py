@@ -72,8 +72,8 @@ def _measure(
     from spreadrl.models.init import load_model_and_tokenizer
     from spreadrl.rollout.chat import EpisodeChat
     from spreadrl.rollout.config import RolloutConfig
+    from spreadrl.rollout.engines.hf import HFPolicy
     from spreadrl.rollout.harness.episodes import HarnessEpisodes
-    from spreadrl.rollout.hf_policy import HFPolicy
     from spreadrl.rollout.runner import EpisodeJob, RunValues, run_episodes
 
     with tempfile.TemporaryDirectory(prefix="spreadrl-bench-") as tmp:

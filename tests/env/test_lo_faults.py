@@ -107,8 +107,6 @@ def test_soffice_dying_twice_is_an_engine_failure_never_a_failed_check(tmp_path,
 
 @needs_libreoffice
 def test_an_eval_with_soffice_killed_counts_right(tmp_path, monkeypatch):
-    from spreadrl.rollout.scripted import OraclePolicy
-
     from spreadrl.data.builtin import builtin_tasks
     from spreadrl.data.task import TaskSet
     from spreadrl.env.config import EnvConfig
@@ -116,6 +114,7 @@ def test_an_eval_with_soffice_killed_counts_right(tmp_path, monkeypatch):
     from spreadrl.env.recalc import libreoffice
     from spreadrl.eval.runner import run_eval
     from spreadrl.rollout.config import RolloutConfig
+    from spreadrl.rollout.engines.scripted import OraclePolicy
 
     monkeypatch.setenv("SPREADRL_LIBREOFFICE", "process")
     monkeypatch.setattr(libreoffice, "_SERVERS", {})

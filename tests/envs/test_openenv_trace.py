@@ -64,9 +64,9 @@ def test_capture_server_in_front_of_the_endpoint_captures_what_it_sampled(tiny_m
 
     from spreadrl.rollout.chat import EpisodeChat
     from spreadrl.rollout.config import RolloutConfig
+    from spreadrl.rollout.engines.hf import HFPolicy
     from spreadrl.rollout.harness.app import build_app
     from spreadrl.rollout.harness.endpoint import CaptureEndpoint
-    from spreadrl.rollout.hf_policy import HFPolicy
     from spreadrl.rollout.runner import RunValues
 
     model, tokenizer = tiny_model

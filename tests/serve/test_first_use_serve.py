@@ -37,14 +37,13 @@ def readme_run(tmp_path, monkeypatch, tiny_model_dir) -> Path:
 
 
 def test_serve_defaults_to_the_tools_the_model_was_trained_with(readme_run, monkeypatch, capsys):
-    import spreadrl.rollout.backends as backends
-
     import spreadrl.cli.serve as serve_cli
+    import spreadrl.rollout.engine as engine
     from spreadrl.cli.main import main
     from spreadrl.serve.page import index_html
 
     seen = {}
-    monkeypatch.setattr(backends, "load_policy", lambda *a, **k: (None, None))
+    monkeypatch.setattr(engine, "load_policy", lambda *a, **k: (None, None))
     monkeypatch.setattr(serve_cli, "_serve_policy", lambda sock, settings, *a, **k: seen.update(
         settings=settings) or sock.close())  # fmt: skip
     monkeypatch.setattr(
