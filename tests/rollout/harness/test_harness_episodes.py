@@ -180,7 +180,7 @@ def test_vllm_through_the_endpoint_is_seeded_as_its_episode_scheduler_seeds(
     """The vllm policy (the signature-checked fake engine) behind the endpoint: each call
     gets the seed the built-in loop's episode scheduler gives that turn, so the same
     seeds draw the same tokens; here the fake's log-probs are a function of the seed."""
-    from spreadrl.rollout.vllm_policy import VLLMPolicy
+    from spreadrl.rollout.engines.vllm import VLLMPolicy
     from tests.rollout import fake_vllm
     from tests.rollout.harness.scripted import CALL
 
