@@ -130,7 +130,7 @@ def evaluate(
         )
     given = {name: value for name, value in locals().items() if name in FLAG_KEYS}
     flags = flag_overrides(**given)
-    cfg = load_eval_recipe(config, [*flags, *(overrides or [])])
+    cfg = _load_with_flags(config, flags, overrides or [])
     backend = backend or "hf"
     if model is None and config is not None and engine_can(backend, "needs_model"):
         model = cfg.model.name_or_path
@@ -151,6 +151,26 @@ def _run_compare(ctx: typer.Context, args: list[str]) -> None:
     command = ctx.command.get_command(ctx, "compare")
     with command.make_context("compare", list(args), parent=ctx) as sub_ctx:
         command.invoke(sub_ctx)
+
+
+def _load_with_flags(config: Path | None, flags: list[str], overrides: list[str]) -> GRPOConfig:
+    """:func:`load_eval_recipe` with the flags' overrides; an error a flag caused names the flag
+    (``--temperature -1``), not the recipe key it stands for."""
+    from spreadrl.errors import ConfigError
+
+    try:
+        return load_eval_recipe(config, [*flags, *overrides])
+    except ConfigError as exc:
+        text = str(exc)
+        for flag in flags:
+            key, value = flag.split("=", 1)
+            name = next((n for n, k in FLAG_KEYS.items() if k == key), None)
+            if name is not None and text.startswith(f"command line {flag}: "):
+                shown = f"--{name.replace('_', '-')} {value}"
+                raise ConfigError(
+                    f"{shown}: {text.removeprefix(f'command line {flag}: ')}"
+                ) from exc
+        raise
 
 
 def load_eval_recipe(recipe: Path | None, overrides: list[str]) -> GRPOConfig:
