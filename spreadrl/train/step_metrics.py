@@ -66,6 +66,7 @@ _UPDATE = (
     "clip_frac_high",
     "approx_kl",
     "ratio_mean",
+    "tis_weight_mean",
 )
 
 
