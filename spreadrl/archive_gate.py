@@ -140,14 +140,12 @@ class ArchiveSummary:
 _current = ArchiveLimits()
 
 
-def configure(limits: ArchiveLimits) -> None:
-    """Set this process's limits (an environment or serve calls it with its settings)."""
+def configure(limits: ArchiveLimits) -> ArchiveLimits:
+    """Set this process's limits (an environment or serve calls it with its settings);
+    return the ones they replace, for a caller that restores them."""
     global _current
-    _current = limits
-
-
-def current_limits() -> ArchiveLimits:
-    return _current
+    previous, _current = _current, limits
+    return previous
 
 
 Source = str | os.PathLike[str] | bytes | bytearray | memoryview

@@ -502,30 +502,3 @@ def _describe(code, timed_out, too_many, stderr, limits) -> str | None:
     if code and "MemoryError" in stderr[-2000:]:
         return f"memory limit of {limits.memory_mb} MB exceeded"
     return None
-
-
-def measure_overhead(repeats: int = 20) -> dict[str, float]:
-    """Median wall time (ms) of an empty call: plain ``python -c pass``, rlimit, bwrap.
-
-    For ``docs/benchmarks.md`` and ``spreadrl bench env``; not used at run time.
-    """
-    import statistics
-    import tempfile
-
-    def median_ms(fn) -> float:
-        times = []
-        for _ in range(repeats):
-            t0 = time.perf_counter()
-            fn()
-            times.append((time.perf_counter() - t0) * 1000)
-        return statistics.median(times)
-
-    with tempfile.TemporaryDirectory(prefix="spreadrl-bench-") as tmp:
-        wd = Path(tmp)
-        figures = {
-            "plain_ms": median_ms(lambda: subprocess.run([sys.executable, "-c", "pass"])),
-            "rlimit_ms": median_ms(lambda: run_python("pass", wd, mode="rlimit")),
-        }
-        if bwrap_problem() is None:
-            figures["bwrap_ms"] = median_ms(lambda: run_python("pass", wd, mode="strict"))
-    return figures

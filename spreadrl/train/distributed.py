@@ -209,15 +209,6 @@ def rank_slice(items: Sequence[T], info: DistInfo) -> list[T]:
     return list(items[info.rank :: info.world_size])
 
 
-def full_state_dict(model: nn.Module) -> dict[str, torch.Tensor]:
-    """Unsharded parameters (DTensors gathered), for saving or comparing."""
-    out = {}
-    for name, value in model.state_dict().items():
-        full = getattr(value, "full_tensor", None)
-        out[name] = full() if full is not None else value
-    return out
-
-
 def cleanup() -> None:
     """Leave the process group cleanly: wait for every rank, then destroy it.
 

@@ -154,10 +154,10 @@ def open_rollout_source(
     eval_tasks: TaskSet | None,
     resumed: TrainerState | None,
 ) -> StepSource:
-    """The rollout side, built in order: tasks, prompt order, rollout engine, environments
-    (a pool built here is ``owned``), chat format, held-out set, collector, and the
-    source, sync or async (``owned`` closes it). It takes the learner's model, optimizer
-    and memory gauge, never the learner."""
+    """The rollout side, built in order: held-out tasks, tasks, prompt order, the rollout
+    engine started, environments (a pool built here is ``owned``), chat format, held-out
+    set, collector, and the source, sync or async (``owned`` closes it). The sources get
+    the learner's model, optimizer and memory gauge, never the learner itself."""
     info, compute, rollout, model = run.info, run.precision.compute, cfg.rollout, learner.model
     eval_tasks = held_out_tasks(cfg.eval, given=eval_tasks)
     tasks = tasks if tasks is not None else resolve_tasks(cfg.data.train_tasks)

@@ -58,5 +58,6 @@ class StepSource(Protocol):
         ...
 
     def close(self) -> None:
-        """Stop, and release what the source owns (its environment pool)."""
+        """Stop, and release what the source owns (the asynchronous producer's thread); the
+        environment pool is the recipe's, which closes it."""
         ...

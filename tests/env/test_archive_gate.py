@@ -21,7 +21,6 @@ from spreadrl.archive_gate import (
     WorkbookRefused,
     check_archive,
     configure,
-    current_limits,
 )
 from spreadrl.data.synth import synthesize
 from spreadrl.env.config import EnvConfig
@@ -130,9 +129,8 @@ def test_env_settings_carry_the_limits_and_reject_nonsense():
 
 
 def test_configure_sets_the_process_limits(built):
-    before = current_limits()
+    before = configure(ArchiveLimits(max_members=3))
     try:
-        configure(ArchiveLimits(max_members=3))
         with pytest.raises(WorkbookRefused, match="at most 3"):
             check_archive(built["honest_large"])
     finally:

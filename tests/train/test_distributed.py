@@ -55,9 +55,18 @@ def _model(model_dir):
     return AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32)
 
 
+def full_state_dict(model: torch.nn.Module) -> dict[str, torch.Tensor]:
+    """Unsharded parameters (each FSDP2 DTensor gathered), to compare across runs."""
+    out = {}
+    for name, value in model.state_dict().items():
+        full = getattr(value, "full_tensor", None)
+        out[name] = full() if full is not None else value
+    return out
+
+
 def _worker(rank, world, port, model_dir, out_path, aggregation, kind="random"):
     join_group(rank, world, port)
-    from spreadrl.train.distributed import full_state_dict, init_distributed, shard_model
+    from spreadrl.train.distributed import init_distributed, shard_model
 
     info = init_distributed("cpu")
     model = shard_model(_model(model_dir), info)

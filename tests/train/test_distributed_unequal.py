@@ -22,6 +22,7 @@ from tests.train.test_distributed import (
     _free_port,
     _model,
     _samples,
+    full_state_dict,
     join_group,
     leave_process_group,
 )
@@ -47,7 +48,7 @@ def _spawn(worker, args: tuple) -> None:
 
 def _update_worker(rank, world, port, model_dir, out_path, split, settings_kw, kind):
     join_group(rank, world, port)
-    from spreadrl.train.distributed import full_state_dict, init_distributed, shard_model
+    from spreadrl.train.distributed import init_distributed, shard_model
 
     info = init_distributed("cpu")
     model = shard_model(_model(model_dir), info)

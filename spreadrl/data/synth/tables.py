@@ -198,15 +198,6 @@ def make_rows(rng: random.Random, domain: Domain, n_rows: int) -> list[list[Any]
     return [[draw(rng, col, serials[i]) for col in domain.columns] for i in range(n_rows)]
 
 
-def unique_values(rows: list[list[Any]], index: int) -> list[Any]:
-    """Distinct values of a column, in order of first appearance."""
-    seen: list[Any] = []
-    for row in rows:
-        if row[index] not in seen:
-            seen.append(row[index])
-    return seen
-
-
 @dataclass(frozen=True)
 class Layout:
     """Where a task's table sits; fixed per task so one instruction fits every case."""
