@@ -12,7 +12,6 @@ shows (greedy decoding of a well-fit SFT model hides it).
 from __future__ import annotations
 
 import json
-import math
 import time
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -22,6 +21,7 @@ from spreadrl.config import load_config
 from spreadrl.data.builtin import builtin_tasks
 from spreadrl.data.task import TaskSet
 from spreadrl.env.factory import make_env_pool
+from spreadrl.eval.compare import paired_delta
 from spreadrl.eval.report import render_report
 from spreadrl.eval.runner import read_trajectories, run_eval
 from spreadrl.models.init import init_model, load_model_and_tokenizer
@@ -91,17 +91,6 @@ class DemoSettings:
             ),
         }
         return cls(**{**sizes, **changes})
-
-
-def _paired_delta(before: dict[str, float], after: dict[str, float]) -> tuple[float, float, int]:
-    """Mean per-case change in pass@1 and its ~95% half-width (cases are paired)."""
-    keys = sorted(set(before) & set(after))
-    diffs = [after[k] - before[k] for k in keys]
-    if len(diffs) < 2:
-        return (diffs[0] if diffs else 0.0), float("nan"), len(diffs)
-    mean = sum(diffs) / len(diffs)
-    var = sum((d - mean) ** 2 for d in diffs) / (len(diffs) - 1)
-    return mean, 1.96 * math.sqrt(var / len(diffs)), len(diffs)
 
 
 def quick_pass_rate(
@@ -346,7 +335,7 @@ def run_demo(settings: DemoSettings, reporter: Reporter) -> dict[str, Any]:
     after = held_out_eval(model, tok, grpo_model, "grpo", test, grpo_cfg, settings, reporter)
     stage("eval_grpo")
 
-    delta, half, cases = _paired_delta(before["per_case"], after["per_case"])
+    delta, half, cases = paired_delta(before["per_case"], after["per_case"])
     summary = {
         "settings": {k: str(v) for k, v in settings.__dict__.items()},
         "sft_steps": steps,

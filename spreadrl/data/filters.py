@@ -5,7 +5,7 @@ a string is the reason to drop it. :func:`apply_filters` runs them in order
 (a task's first reason removes it, so later filters never see it), counts
 removals per filter, and can write the kept tasks as a new native-layout set.
 
-Why these filters (issue 8): public spreadsheet sets contain tasks whose
+Why these filters: public spreadsheet sets contain tasks whose
 workbooks do not open, whose answer cells already hold the answer (a no-op
 passes), whose answers only Excel computes (our engine cannot reproduce the
 reward), near-duplicate instructions, prompts too long for the model, and, for

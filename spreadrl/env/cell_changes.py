@@ -19,7 +19,7 @@ from typing import Any
 from openpyxl.utils.cell import get_column_letter
 from openpyxl.workbook.workbook import Workbook
 
-from spreadrl.data.jsontypes import JSONScalar
+from spreadrl.data.jsontypes import JSONScalar, scalar_or_str
 from spreadrl.env.workbook import WorkingCopy
 
 MAX_TRACKED_CELLS = 100_000
@@ -29,10 +29,9 @@ Snapshot = dict[str, dict[tuple[int, int], Any]]  # sheet -> (row, column) -> st
 
 
 def cell_json(value: object) -> JSONScalar:
-    """A stored cell value as JSON: scalars as they are, anything else (dates, arrays) as text."""
-    if value is None or isinstance(value, str | int | float | bool):
-        return value
-    return str(getattr(value, "text", value))
+    """A stored cell value as JSON: scalars as they are, anything else (dates, arrays) as text
+    (an array formula's own text)."""
+    return scalar_or_str(getattr(value, "text", value))
 
 
 def stored_cells(wb: Workbook) -> int:

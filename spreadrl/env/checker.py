@@ -10,6 +10,7 @@ none) is recalculated first (see :mod:`spreadrl.env.recalc`). See docs/checker.m
 from __future__ import annotations
 
 import datetime as dt
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -260,12 +261,20 @@ class TaskScore:
     @property
     def soft(self) -> float:
         """Passed cases / cases."""
-        return sum(r.passed for r in self.results.values()) / max(len(self.results), 1)
+        return soft_hard([r.passed for r in self.results.values()])[0]
 
     @property
     def hard(self) -> float:
         """1.0 iff every case passed."""
-        return float(bool(self.results) and all(r.passed for r in self.results.values()))
+        return soft_hard([r.passed for r in self.results.values()])[1]
+
+
+def soft_hard(passed: Sequence[bool]) -> tuple[float, float]:
+    """SpreadsheetBench's two scores of one task from its cases' verdicts: soft = the
+    share of cases passed, hard = 1.0 iff every case passed (both 0.0 with no case)."""
+    if not passed:
+        return 0.0, 0.0
+    return sum(passed) / len(passed), float(all(passed))
 
 
 def score_task(

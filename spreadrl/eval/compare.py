@@ -2,7 +2,7 @@
 
 A pass@1 difference means something only over the cases both runs evaluated. Two
 reports of different task sets used to print "improved 0, regressed 0" as if the
-runs had agreed case for case (issue 32); here the shared cases are counted, the
+runs had agreed case for case; here the shared cases are counted, the
 task sets named, and a report pair that shares no case gets no delta at all.
 """
 

@@ -26,8 +26,10 @@ def _group_by_case(trajs: Iterable[Trajectory]) -> dict[tuple[str, int], list[bo
 
 
 def _soft_hard(by_case: dict[tuple[str, int], list[bool]]) -> tuple[float, float]:
-    """SpreadsheetBench metrics, averaged over samples: soft = share of a task's
-    cases passed, hard = all of a task's cases passed."""
+    """SpreadsheetBench metrics (:func:`spreadrl.env.checker.soft_hard`) per task,
+    averaged over samples, then over tasks."""
+    from spreadrl.env.checker import soft_hard  # the checker's recalc modules: not with the CLI
+
     tasks: dict[str, list[list[bool]]] = defaultdict(list)
     for (task_id, _), samples in by_case.items():
         tasks[task_id].append(samples)
@@ -36,9 +38,9 @@ def _soft_hard(by_case: dict[tuple[str, int], list[bool]]) -> tuple[float, float
     soft = hard = 0.0
     for cases in tasks.values():
         n = min(len(s) for s in cases)
-        per_sample = [[c[i] for c in cases] for i in range(n)]
-        soft += sum(sum(p) / len(p) for p in per_sample) / n
-        hard += sum(all(p) for p in per_sample) / n
+        scores = [soft_hard([c[i] for c in cases]) for i in range(n)]  # one per sample
+        soft += sum(one for one, _ in scores) / n
+        hard += sum(every for _, every in scores) / n
     return soft / len(tasks), hard / len(tasks)
 
 

@@ -64,6 +64,7 @@ from openenv.core.env_server.mcp_types import (
 from openenv.core.env_server.types import Action, EnvironmentMetadata, Observation, State
 from pydantic import ConfigDict, Field
 
+from spreadrl.data.jsontypes import scalar_or_str
 from spreadrl.data.task import Task, TaskCase, TaskSet
 from spreadrl.env.config import EnvConfig
 from spreadrl.env.types import EndReason, StepResult, ToolCall
@@ -471,8 +472,8 @@ class SpreadsheetEnvironment(MCPEnvironment):
         state.end_reason, state.reward = str(end), result.reward
         state.tool_calls, state.tool_errors = result.tool_calls, result.tool_errors
         mismatches = [
-            {"sheet": m.sheet, "cell": m.cell, "expected": _plain(m.expected),
-             "actual": _plain(m.actual), "reason": m.reason}
+            {"sheet": m.sheet, "cell": m.cell, "expected": scalar_or_str(m.expected),
+             "actual": scalar_or_str(m.actual), "reason": m.reason}
             for m in result.mismatches[:50]
         ]  # fmt: skip
         info = {
@@ -518,10 +519,3 @@ def _tool_observation(
 def _public(info: dict[str, Any]) -> dict[str, Any]:
     """The reset info a client may see: not the server's folder paths."""
     return {k: v for k, v in info.items() if k not in ("episode_dir",)}
-
-
-def _plain(value: object) -> str | int | float | bool | None:
-    """A cell value as JSON carries it (dates and the like as text)."""
-    if value is None or isinstance(value, str | int | float | bool):
-        return value
-    return str(value)

@@ -25,6 +25,7 @@ from concurrent.futures import Future
 from dataclasses import dataclass
 from typing import Any, Protocol
 
+from spreadrl.data.jsontypes import scalar_or_str
 from spreadrl.data.task import Task
 from spreadrl.env.types import EpisodeResult, Observation, StepResult, ToolCall
 from spreadrl.rollout.chat import FALLBACK, EpisodeChat
@@ -434,8 +435,8 @@ def apply_result(state: EpisodeState, future: Future[EpisodeResult]) -> None:
         {
             "sheet": m.sheet,
             "cell": m.cell,
-            "expected": _jsonable(m.expected),
-            "actual": _jsonable(m.actual),
+            "expected": scalar_or_str(m.expected),
+            "actual": scalar_or_str(m.actual),
             "reason": m.reason,
         }
         for m in result.mismatches[:50]
@@ -455,9 +456,3 @@ def record_crash(traj: Trajectory, exc: BaseException) -> None:
         traj.error = f"{type(exc).__name__}: {exc}"
     if traj.traceback is None:
         traj.traceback = "".join(traceback.format_exception(exc))
-
-
-def _jsonable(value: object) -> str | int | float | bool | None:
-    if value is None or isinstance(value, str | int | float | bool):
-        return value
-    return str(value)

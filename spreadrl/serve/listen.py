@@ -1,7 +1,7 @@
 """Take the port first, then announce it: `spreadrl serve` and `spreadrl view` alike.
 
 uvicorn binds its port only once it starts, so a server used to load its model and
-print "open http://..." before finding the port taken by another process (issue 32).
+print "open http://..." before finding the port taken by another process.
 Here the socket is bound and listening before anything slow or anything printed, a
 taken port is one error line naming the flag, and uvicorn serves on that socket.
 """

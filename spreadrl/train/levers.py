@@ -1,4 +1,4 @@
-"""Speed levers of the update, each behind its own setting (issue 36 item 4).
+"""Speed levers of the update, each behind its own setting.
 
 Each lever is a small function of its own, applied once where the model or the
 optimizer is built, and each keeps the numbers the plain path gives (the tests

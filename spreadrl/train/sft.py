@@ -170,7 +170,7 @@ def train_sft(
     model, tokenizer = build_model(cfg.model, run.precision, info.device, path=run.resume_from)
     pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0
     # a row longer than the model's positions cannot be trained on: max_length never
-    # exceeds the context (the README's rows were 5k tokens for a 4k model, issue 32)
+    # exceeds the context (the README's rows were once 5k tokens for a 4k model)
     context = getattr(model.config, "max_position_embeddings", None) or cfg.max_length
     limit = min(cfg.max_length, context)
     data = load_sft_dataset(Path(cfg.data.path), tokenizer, limit)

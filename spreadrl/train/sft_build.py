@@ -58,7 +58,7 @@ def model_context(model: str) -> ModelContext | None:
 
     SFT never cuts a conversation, so a row longer than the model's context is a row
     it cannot train on: sft-build drops it here and says how many, rather than SFT
-    dropping it silently later (issue 32: the README's rows were 5k tokens for a 4k model).
+    dropping it silently later (the README's rows were once 5k tokens for a 4k model).
     """
     folder = Path(model)
     if not (folder / "config.json").is_file():
