@@ -27,6 +27,7 @@ and the command line all use the same rule.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import os
@@ -184,7 +185,8 @@ def claim_run_folder(
     """
     if folder.exists() and not folder.is_dir():
         raise SpreadrlError(f"{folder} is a file, not a folder; choose a folder ({elsewhere})")
-    check_creatable(folder, flag=elsewhere.split("=")[0].split()[0])
+    if write:  # the following ranks of a distributed run leave the folder to the main one
+        check_creatable(folder, flag=elsewhere.split("=")[0].split()[0])
     record = read_record(folder) if folder.is_dir() else None
     # what counts as a result is the recorded run's own (an eval's folder may hold a grpo run)
     files = (record or {}).get("files") or identity.files
@@ -331,10 +333,13 @@ def check_creatable(path: Path, flag: str = "--out") -> None:
         return
     try:
         missing.mkdir()
-        missing.rmdir()
+    except FileExistsError:
+        return  # made meanwhile (another rank, another process): it can be
     except OSError as exc:
         reason = exc.strerror or type(exc).__name__
         raise SpreadrlError(f"{flag} {path} cannot be created: {reason} ({missing})") from exc
+    with contextlib.suppress(OSError):  # another process may have written into it meanwhile
+        missing.rmdir()
 
 
 FolderCheck = Callable[[Path], "str | None"]

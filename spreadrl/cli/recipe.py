@@ -48,7 +48,8 @@ def run_recipe(
         return
     from spreadrl.run_folder import check_creatable
 
-    check_creatable(Path(cfg.output_dir), "output_dir")  # one line, before torch is imported
+    if os.environ.get("RANK", "0") == "0":  # one line, before torch is imported (main rank)
+        check_creatable(Path(cfg.output_dir), "output_dir")
     # the trainer's allocator: expandable segments unless the user set it (before CUDA starts)
     use_expandable_segments(getattr(getattr(cfg, "rollout", None), "backend", None))
     # a start that fails (a bad model path, a bad data row) leaves no output folder
