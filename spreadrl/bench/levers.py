@@ -2,7 +2,7 @@
 
 One update step is what GRPO's update does per micro-batch: the policy's
 log-probs over the response tokens through :func:`sequence_logprobs` (the
-sampling distribution of seed 000's recipe: temperature 0.6, top-k 20, top-p
+sampling distribution of the Spreadsheet-RL recipe: temperature 0.6, top-k 20, top-p
 0.95), a loss over them, backward, and an AdamW step, on random sequences of a
 fixed length, on a random Qwen3 of a preset (fp32 master weights; bf16 compute
 on CUDA through the same autocast the trainer uses). The baseline is the

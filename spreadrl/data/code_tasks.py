@@ -1,4 +1,4 @@
-"""Math and coding problems for the GRPO-TCR environment (seed 001), as Task objects.
+"""Math and coding problems for the GRPO-TCR environment, as Task objects.
 
 A problem is a :class:`spreadrl.data.task.Task` so the agent loop, eval and the
 trainer handle it like a spreadsheet task: ``source`` is "math" or "code" (and so is

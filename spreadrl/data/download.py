@@ -13,7 +13,7 @@ Three kinds of source, one registry (:data:`DATASETS`):
   ``hf_hub_download`` (its cache, its resumption) and converted by
   :func:`spreadrl.data.importers.import_spreadsheet_rl`, which reads the task
   folders straight from the zip.
-* ``hub-problems``: the math and code sets of seed 001, read with ``datasets``
+* ``hub-problems``: the math and code sets of the GRPO-TCR recipe, read with ``datasets``
   and written as ``problems.jsonl`` rows ``{id, source, kind, problem, answer |
   tests}`` for the code-interpreter environment.
 
@@ -157,7 +157,7 @@ DATASETS: dict[str, DatasetSpec] = {
         DatasetSpec(
             "spreadsheet-rl",
             "hub-release",
-            "Spreadsheet-RL (seed 000): parquet splits + spreadsheets.zip "
+            "Spreadsheet-RL: parquet splits + spreadsheets.zip "
             "(train = ExcelForum; test, test_2, test_verified, test_domain)",
             repo_id="Spreadsheet-RL/Spreadsheet-RL",
             splits=SRL_SPLITS,

@@ -1,7 +1,7 @@
 """Grading for the math/code environment: final-answer extraction, math equivalence,
 and running a coding problem's tests in the sandbox.
 
-Why these rules: GRPO-TCR (seed 001) trains on DeepScaleR / Omni-MATH / NuminaMath
+Why these rules: the GRPO-TCR recipe trains on DeepScaleR / Omni-MATH / NuminaMath
 (a boxed final answer compared symbolically) and TACO / LeetCodeDataset (a program
 that must pass every test). Math goes through math-verify, the checker the public
 recipes use, with a small sympy fallback for plain answers math-verify cannot parse.

@@ -1,4 +1,4 @@
-"""The math/code environment of the GRPO-TCR recipe (seed 001).
+"""The math/code environment of the GRPO-TCR recipe.
 
 Same contract as the spreadsheet gym (``reset(task, case) -> Observation``,
 ``step(ToolCall) -> StepResult``, ``finish(final_answer, output_path) ->
@@ -79,11 +79,11 @@ _MARKER = "\n[... {n} characters truncated ...]\n"
 # Limits of the code environment that no recipe key sets. They are constants, not
 # options, because a new key would change every recipe's resolved config (kept
 # byte-identical on purpose), and no existing key means the same thing: env.code_wall_time_s
-# (120 s) is the spreadsheet gym's code_interpreter limit, while GRPO-TCR's seed 001
+# (120 s) is the spreadsheet gym's code_interpreter limit, while the GRPO-TCR recipe
 # gives each call of this environment 30 s. Tests patch these module attributes to
 # run faster; the helpers below read them at call time.
 TOOL_WALL_TIME_S = 30.0
-"""Wall-clock limit of one ``code_interpreter`` call (seed 001)."""
+"""Wall-clock limit of one ``code_interpreter`` call (the GRPO-TCR recipe's)."""
 GRADING_WALL_TIME_S = 60.0
 """Wall-clock limit of grading one final solution against all of its tests."""
 PER_TEST_TIMEOUT_S = 6.0

@@ -1,4 +1,4 @@
-"""`spreadrl bench gpu`: GRPO steps at seed 000's shape on one GPU, plain and under FSDP2."""
+"""`spreadrl bench gpu`: GRPO steps at the Spreadsheet-RL recipe's shape on one GPU, plain and under FSDP2."""
 
 from __future__ import annotations
 
@@ -42,7 +42,7 @@ def bench_gpu(
         "(written as each part ends; default: a temporary folder).",
     ),
 ) -> None:
-    """GRPO on one GPU at seed 000's shape, plain and under torchrun + FSDP2: one table.
+    """GRPO on one GPU at the Spreadsheet-RL recipe's shape, plain and under torchrun + FSDP2: one table.
 
     Examples (on a GPU machine, from the repository root):
 

@@ -95,7 +95,8 @@ def tools() -> list[Tool]:
 
 
 # ---- the June 2026 scaffold ------------------------------------------------------------------
-def _fill_2606(ctx: ToolContext, args: SrlArgs) -> str:
+def _fill_checked(ctx: ToolContext, args: SrlArgs) -> str:
+    """fill_formula, its template normalized and its syntax checked first."""
     template = args.formula_template
     if isinstance(template, str) and template.strip():
         template = normalized(template)
@@ -104,7 +105,7 @@ def _fill_2606(ctx: ToolContext, args: SrlArgs) -> str:
     return edit.fill_formula(ctx, args)
 
 
-def _find_2606(ctx: ToolContext, args: SrlArgs) -> str:
+def _find_naming_sheets(ctx: ToolContext, args: SrlArgs) -> str:
     """find_cells, saying which sheets it searched (``sheet_scope``, ``searched_sheets``)."""
     reply = read.find_cells(ctx, args)
     payload = json.loads(reply)
@@ -124,8 +125,8 @@ def _find_2606(ctx: ToolContext, args: SrlArgs) -> str:
 
 RUN_2606: dict[str, Adapter] = {
     **RUN,
-    "find_cells": _find_2606,
-    "fill_formula": _fill_2606,
+    "find_cells": _find_naming_sheets,
+    "fill_formula": _fill_checked,
     "copy_range": copy.copy_range,
 }
 
