@@ -17,7 +17,9 @@ What the loop needs from the server:
 - the observations: ``text`` when the server sends it, else the observation as
   JSON, become the tool responses; a ``done`` observation ends the episode;
 - the reward: the server's, the last one it sent (the outcome, scored at
-  ``finish``; 0.0 when it sent none).
+  ``finish``; 0.0 when it sent none). A foreign server whose action is one required
+  text field gets the model's final answer as that action at ``finish``, and its
+  reward for it (as verifiers' OpenEnv taskset sends a raw reply).
 
 The task's id and case go to ``reset`` (``task_id``, ``case``; a server whose
 ``reset`` takes neither ignores them, as openenv drops keyword arguments a
@@ -98,6 +100,7 @@ class OpenEnvPool:
         self._connect_timeout = connect_timeout_s
         self._sessions: dict[Hashable, _Session] = {}
         self._generic_schema: dict[str, Any] | None = None
+        self._answer_field: str | None = None  # a foreign action's one required text field
         self._closed = False
         self._loop = asyncio.new_event_loop()
         self._thread = threading.Thread(
@@ -241,9 +244,26 @@ class OpenEnvPool:
                     result = await session.client.step(call)
                     session.reward = float(result.reward or 0.0)
                     session.info = dict((result.observation or {}).get("info") or {})
+                elif not session.native and not session.done and final_answer is not None:
+                    await self._answer_as_action(session, final_answer)
             finally:
                 await session.client.close()
         return _episode_result(session, final_answer, self.url)
+
+    async def _answer_as_action(self, session: _Session, final_answer: str) -> None:
+        """A foreign environment whose action is one required text field (echo's
+        ``message``, a word game's guess) gets the model's final answer as that action,
+        and its reward for it, as verifiers' OpenEnv taskset sends a raw reply."""
+        if self._answer_field is None:
+            return
+        try:
+            result = await session.client.step({self._answer_field: final_answer})
+        except RuntimeError as exc:  # the server refused it: the reward stays its last
+            log.debug("OpenEnv server %s refused the final answer: %s", self.url, exc)
+            return
+        if result.reward is not None:
+            session.reward = float(result.reward)
+        session.done = bool(result.done)
 
     def _session(self, episode_id: Hashable) -> _Session:
         session = self._sessions.get(episode_id)
@@ -257,7 +277,9 @@ class OpenEnvPool:
             async with httpx.AsyncClient(timeout=30) as http:
                 reply = await http.get(f"{self.url}/schema")
                 reply.raise_for_status()
-            self._generic_schema = generic_tool_schema(reply.json()["action"])
+            action = reply.json()["action"]
+            self._generic_schema = generic_tool_schema(action)
+            self._answer_field = answer_field(action)
         return self._generic_schema
 
     # ---- shutdown -----------------------------------------------------------------
@@ -301,6 +323,15 @@ def generic_tool_schema(action: dict[str, Any]) -> dict[str, Any]:
         "type": "function",
         "function": {"name": GENERIC_TOOL, "description": description, "parameters": parameters},
     }
+
+
+def answer_field(action: dict[str, Any]) -> str | None:
+    """The action's one required field when it is text (None otherwise)."""
+    required = [name for name in action.get("required") or [] if name != "metadata"]
+    props = action.get("properties") or {}
+    if len(required) == 1 and (props.get(required[0]) or {}).get("type") == "string":
+        return required[0]
+    return None
 
 
 def session_cap(pool: object) -> int | None:

@@ -158,7 +158,7 @@ class EchoOnce:
         return [
             PolicyTurn(text=format_tool_call("step", {"message": "hello"}))
             if state.turns_taken == 0
-            else PolicyTurn(text="Done.")
+            else PolicyTurn(text="Done, bye.")
             for state in states
         ]
 
@@ -183,7 +183,10 @@ def test_a_server_from_outside_the_project_the_openenv_echo_environment(tmp_path
     assert traj.messages[1]["content"] == "Echo Env environment ready!"
     echoed = json.loads(next(m for m in traj.messages if m["role"] == "tool")["content"])
     assert echoed["echoed_message"] == "hello" and echoed["message_length"] == 5
-    assert [t.reward for t in trajectories] == [pytest.approx(0.5)] * 3  # 0.1 per character
+    # the final answer goes to the echo server as its action's one text field: 10
+    # characters, reward 1.0 (the echo reward is 0.1 a character, at most 1.0; the call's
+    # "hello" earned 0.5)
+    assert [t.reward for t in trajectories] == [pytest.approx(1.0)] * 3
 
 
 def test_grpo_trains_two_steps_on_the_unmodified_echo_environment(
@@ -191,8 +194,9 @@ def test_grpo_trains_two_steps_on_the_unmodified_echo_environment(
 ):
     """Four episodes a step against a server that holds one session: env.max_sessions=1
     runs them one after another, and none crashes. The untrained model writes no valid
-    call, so every reward is the echo server's 0.0 at reset; the weights move through
-    the overlong shaping's penalties (what moves them is said, not implied)."""
+    call; its final answer goes to the echo server as the message, whose reward (0.1 a
+    character, at most 1.0) is the outcome. With 3-token turns and no overlong shaping,
+    that reward is all GRPO has, so the weights move on the environment's reward."""
     from safetensors.torch import load_file
 
     out = tmp_path / "run"
@@ -202,11 +206,14 @@ def test_grpo_trains_two_steps_on_the_unmodified_echo_environment(
             "env.system_prompt=Call the step tool with a message.",
             f"data.train_tasks={tasks_dir}",
         ]
+        env += ["rollout.max_new_tokens_per_turn=3", "reward.overlong=false"]
         train_grpo(_grpo_cfg(tiny_model_dir, out, env))
     rows = [json.loads(line) for line in (out / "trajectories.jsonl").read_text().splitlines()]
     assert len(rows) == 2 * 4
     assert [r["error"] for r in rows] == [None] * len(rows)
     assert all(r["messages"][1]["content"] == "Echo Env environment ready!" for r in rows)
+    rewards = [r["reward"] for r in rows]
+    assert len(set(rewards)) > 1, rewards  # the echo reward varies with what the model sent
     assert [m["step"] for m in _metrics(out)] == [1, 2]
     before = load_file(str(tiny_model_dir / "model.safetensors"))
     after = load_file(str(out / "final" / "model.safetensors"))
