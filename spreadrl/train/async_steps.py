@@ -76,7 +76,7 @@ class AsyncSteps:
         *,
         steps: int,
         start: int,
-        compute: str,
+        compute_dtype: str,
         tis_cap: float,
     ) -> AsyncSteps:
         """Build and start the producer for steps ``start + 1 .. steps``, at most
@@ -88,7 +88,7 @@ class AsyncSteps:
         ``tis_cap``: the behaviour weights' cap. The held-out eval samples with the
         engine's :meth:`~spreadrl.rollout.engine.RolloutEngine.eval_engine`."""
         k = rollout.max_staleness
-        feed = engine.producer(model, tokenizer, lambda m: compute_context(m, compute))
+        feed = engine.producer(model, tokenizer, lambda m: compute_context(m, compute_dtype))
         policy = versioned(feed.policy, feed.load, version=start)
         policy.discard = feed.discard
 

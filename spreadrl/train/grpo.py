@@ -76,7 +76,7 @@ def train_grpo(
     whole step, resumed by the same command) and RunHalted (too many crashed episodes,
     or steps that kept no group)."""
     run = Run.start(cfg, reporter or LogReporter(), seed_per_rank=True)
-    info, compute = run.info, run.precision.compute
+    info, compute_dtype = run.info, run.precision.compute_dtype
     try:
         engine = check_grpo(cfg, info)  # the rollout engine, set up: it refuses here too
     except ConfigError:
@@ -85,10 +85,10 @@ def train_grpo(
     model, tokenizer, start_model = build_policy(
         cfg.model, cfg.loss, run.precision, info.device, resume_from=run.resume_from
     )
-    reference = build_reference(start_model, cfg.loss, dtype=compute)
-    shard_model(model, info, compute_dtype=compute, cpu_offload=cfg.model.cpu_offload)
-    if reference is not None and reference.separate:  # a model of its own: sharded alike
-        shard_model(reference.model, info, compute_dtype=compute, cpu_offload=cfg.model.cpu_offload)
+    reference = build_reference(start_model, cfg.loss, dtype=compute_dtype)
+    separate = [reference.model] if reference is not None and reference.separate else []
+    for module in (model, *separate):  # a reference model of its own is sharded alike
+        shard_model(module, info, compute_dtype=compute_dtype, cpu_offload=cfg.model.cpu_offload)
     per_step = updates_per_step(cfg.rollout, cfg.optim)
     optimizer = build_optimizer(model, cfg.optim)
     scheduler = build_scheduler(optimizer, cfg.optim, cfg.steps * per_step)
@@ -99,7 +99,7 @@ def train_grpo(
     # by min(pi_prox / pi_behav, cap) whatever loss.tis says (docs/async.md)
     loss = replace(cfg.loss, tis=True) if cfg.rollout.max_staleness else cfg.loss
     memory = PeakMemory(info.device)  # the rollout's peak, then the passes' and update's
-    scoring = Scoring.for_run(cfg.rollout, cfg.optim, compute)
+    scoring = Scoring.for_run(cfg.rollout, cfg.optim, compute_dtype)
     scorer = Scorer(
         model=model,
         reference=reference,
@@ -158,7 +158,8 @@ def open_rollout_source(
     engine started, environments (a pool built here is ``owned``), chat format, held-out
     set, collector, and the source, sync or async (``owned`` closes it). The sources get
     the learner's model, optimizer and memory gauge, never the learner itself."""
-    info, compute, rollout, model = run.info, run.precision.compute, cfg.rollout, learner.model
+    info, rollout, model = run.info, cfg.rollout, learner.model
+    compute_dtype = run.precision.compute_dtype
     eval_tasks = held_out_tasks(cfg.eval, given=eval_tasks)
     tasks = tasks if tasks is not None else resolve_tasks(cfg.data.train_tasks)
     sampler = prompt_order(
@@ -180,7 +181,7 @@ def open_rollout_source(
         steps=cfg.steps,
         seed=cfg.seed,
         max_prompt_tokens=cfg.data.max_prompt_tokens,
-        compute_dtype=compute,
+        compute_dtype=compute_dtype,
         model=model,
         info=info,
     )
@@ -206,7 +207,7 @@ def open_rollout_source(
         learner,
         tokenizer,
         device=info.device,
-        compute=compute,
+        compute_dtype=compute_dtype,
         steps=cfg.steps,
         start=resumed["step"] if resumed else 0,
         tis_cap=cfg.loss.tis_cap,
@@ -225,7 +226,7 @@ def start_rollout_source(
     tokenizer: PreTrainedTokenizerBase,
     *,
     device: str,
-    compute: str,
+    compute_dtype: str,
     steps: int,
     start: int,
     tis_cap: float,
@@ -243,7 +244,7 @@ def start_rollout_source(
             optimizer=learner.optimizer,
             memory=learner.memory,
             device=device,
-            compute=compute,
+            compute_dtype=compute_dtype,
         )
     # the next steps' rollouts are sampled during the update, at most max_staleness ahead
     return AsyncSteps.start(
@@ -256,7 +257,7 @@ def start_rollout_source(
         held_out,
         steps=steps,
         start=start,
-        compute=compute,
+        compute_dtype=compute_dtype,
         tis_cap=tis_cap,
     )
 

@@ -36,11 +36,11 @@ class Precision:
     """The dtypes of one run: what weights are loaded in, what the matmuls run in."""
 
     load: str  # the dtype weights are loaded in (float32 master weights for a full fine-tune)
-    compute: str  # forward and backward
+    compute_dtype: str  # forward and backward
 
     @property
     def mixed(self) -> bool:
-        return self.compute != "float32"
+        return self.compute_dtype != "float32"
 
 
 def compute_dtype(dtype: str, device: str) -> str:
@@ -59,4 +59,4 @@ def compute_dtype(dtype: str, device: str) -> str:
 def resolve_precision(dtype: str, device: str, *, lora: bool = False) -> Precision:
     """The run's precision: fp32 master weights unless only adapters train (LoRA)."""
     compute = compute_dtype(dtype, device)
-    return Precision(load=compute if lora else "float32", compute=compute)
+    return Precision(load=compute if lora else "float32", compute_dtype=compute)

@@ -45,12 +45,12 @@ class SyncRollouts:
     optimizer: Optimizer
     memory: PeakMemory
     device: str
-    compute: str
+    compute_dtype: str
 
     def next(self, step: int) -> tuple[StepRollouts, dict[str, object]]:
         release_for_generation(self.model, self.optimizer, self.device)
         self.memory.reset()
-        with generating(self.model, self.engine, self.compute):
+        with generating(self.model, self.engine, self.compute_dtype):
             rollouts = self.collect(self.engine.policy, step)
         return rollouts, self.sampler.state()
 

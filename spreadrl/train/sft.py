@@ -177,8 +177,8 @@ def train_sft(
     if data.dropped_too_long:
         reporter.line(dropped_line(data.dropped_too_long, limit, cfg.max_length), level="warning")
     steps = cfg.total_steps(len(data.samples))
-    compute = run.precision.compute
-    shard_model(model, info, compute_dtype=compute, cpu_offload=cfg.model.cpu_offload)
+    compute_dtype = run.precision.compute_dtype
+    shard_model(model, info, compute_dtype=compute_dtype, cpu_offload=cfg.model.cpu_offload)
     optimizer = build_optimizer(model, cfg.optim)
     scheduler = build_scheduler(optimizer, cfg.optim, steps)
     state = resume_trainer_state(run.resume_from, model, optimizer, scheduler, info)
@@ -189,7 +189,7 @@ def train_sft(
     if state:
         order.load(state["extra"]["order"])
     parts = Checkpointed(model, tokenizer, optimizer, scheduler)
-    update_args = {"pad_id": pad_id, "world_size": info.world_size, "compute_dtype": compute}
+    update_args = {"pad_id": pad_id, "world_size": info.world_size, "compute_dtype": compute_dtype}
     update_args["shared_prefix"] = shared_prefix
     model.train()
     # SIGINT / SIGTERM: every rank stops after the same step, then saves it

@@ -75,10 +75,10 @@ def test_master_weights_move_at_lr_1e6_where_bf16_storage_does_not(tiny_model_di
 def test_dtype_settings_resolve_to_master_and_compute_dtypes():
     assert resolve_precision("bfloat16", "cuda:0") == resolve_precision("auto", "cuda")
     assert resolve_precision("auto", "cuda").load == "float32"
-    assert resolve_precision("auto", "cuda").compute == "bfloat16"
-    assert resolve_precision("auto", "cpu").compute == "float32"
+    assert resolve_precision("auto", "cuda").compute_dtype == "bfloat16"
+    assert resolve_precision("auto", "cpu").compute_dtype == "float32"
     lora = resolve_precision("bfloat16", "cuda", lora=True)  # the frozen base stays bf16
-    assert (lora.load, lora.compute) == ("bfloat16", "bfloat16")
+    assert (lora.load, lora.compute_dtype) == ("bfloat16", "bfloat16")
     with pytest.raises(ConfigError, match="model.dtype=float16"):
         compute_dtype("float16", "cuda")
 
