@@ -7,7 +7,7 @@ reference / proximal log-probs -> PPO-style update (clip-higher, dual clip,
 token-mean, optional k3 KL, TIS) -> log, checkpoint. :func:`train_grpo` builds
 its parts in view, one builder per line: the :class:`~spreadrl.train.setup.Run`
 (process group, run folder, checkpoints), the trained side (policy, reference,
-shards, scoring, optimizer, schedule, trainer state: the
+shards, log-prob settings, optimizer, schedule, trainer state: the
 :class:`~spreadrl.train.learner.Learner`), the rollout side (tasks, prompt order,
 rollout engine, environments, chat format, held-out set, collector) and the
 rollout source, sampled in the loop or ahead of it (asynchronous mode: built by
@@ -47,7 +47,7 @@ from spreadrl.train.reference import build_reference
 from spreadrl.train.rollout_sources import SyncRollouts
 from spreadrl.train.rollouts import Collector, to_samples
 from spreadrl.train.sampler import EpochShuffle, prompt_order
-from spreadrl.train.scoring import Scorer, Scoring
+from spreadrl.train.scoring import LogprobSettings, Scorer
 from spreadrl.train.setup import Checkpointed, Run
 from spreadrl.train.signals import StopSignals
 from spreadrl.train.step_checks import StepChecks
@@ -99,12 +99,12 @@ def train_grpo(
     # by min(pi_prox / pi_behav, cap) whatever loss.tis says (docs/async.md)
     loss = replace(cfg.loss, tis=True) if cfg.rollout.max_staleness else cfg.loss
     memory = PeakMemory(info.device)  # the rollout's peak, then the passes' and update's
-    scoring = Scoring.for_run(cfg.rollout, cfg.optim, compute_dtype)
+    logprob_settings = LogprobSettings.for_run(cfg.rollout, cfg.optim, compute_dtype)
     scorer = Scorer(
         model=model,
         reference=reference,
         optim=cfg.optim,
-        scoring=scoring,
+        logprob_settings=logprob_settings,
         per_step=per_step,
         pad_id=tokenizer.pad_token_id or 0,
         memory=memory,
@@ -113,7 +113,7 @@ def train_grpo(
         model=model,
         optimizer=optimizer,
         scheduler=scheduler,
-        scoring=scoring,
+        logprob_settings=logprob_settings,
         loss=loss,
         optim=cfg.optim,
         info=info,

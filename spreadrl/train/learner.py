@@ -22,7 +22,7 @@ from spreadrl.train.batching import Sample
 from spreadrl.train.config import GRPOOptimConfig, LossConfig
 from spreadrl.train.distributed import DistInfo
 from spreadrl.train.memory import PeakMemory
-from spreadrl.train.scoring import Scoring
+from spreadrl.train.scoring import LogprobSettings
 from spreadrl.train.update import policy_update
 
 
@@ -36,7 +36,7 @@ class Learner:
     model: nn.Module
     optimizer: Optimizer
     scheduler: LRScheduler
-    scoring: Scoring
+    logprob_settings: LogprobSettings
     loss: LossConfig
     optim: GRPOOptimConfig
     info: DistInfo
@@ -55,7 +55,7 @@ class Learner:
             samples,
             self.loss,
             self.optim,
-            self.scoring,
+            self.logprob_settings,
             pad_id=self.pad_id,
             scheduler=self.scheduler,
             seed=self.seed + step,

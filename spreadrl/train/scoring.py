@@ -1,7 +1,7 @@
 """The no-grad passes of a GRPO step: how tokens are scored, and the proximal and
 reference log-probs attached to the samples before the update.
 
-:class:`Scoring` holds the values a training pass derives from other sections
+:class:`LogprobSettings` holds the values a training pass derives from other sections
 (sampling distribution, compute dtype, prefix sharing), decided once at build
 time; :func:`compute_logprobs` scores samples without keeping activations;
 :class:`Scorer` runs a step's passes in the recipe's order, before the source's
@@ -35,7 +35,7 @@ from spreadrl.train.reference import Reference
 
 
 @dataclass(frozen=True)
-class Scoring:
+class LogprobSettings:
     """How a training pass scores tokens: the values derived from other sections, once.
 
     Log-probs are those of the rollout's sampling distribution (temperature, top-k,
@@ -52,8 +52,10 @@ class Scoring:
     shared_prefix_min: int = 0  # a group's prompt run once when at least this long; 0 = off
 
     @classmethod
-    def for_run(cls, rollout: RolloutConfig, optim: GRPOOptimConfig, compute_dtype: str) -> Scoring:
-        """The recipe's scoring: ``compute_dtype`` from :func:`spreadrl.train.precision.compute_dtype`."""
+    def for_run(
+        cls, rollout: RolloutConfig, optim: GRPOOptimConfig, compute_dtype: str
+    ) -> LogprobSettings:
+        """The recipe's log-prob settings: ``compute_dtype`` from :func:`spreadrl.train.precision.compute_dtype`."""
         sampled = rollout.temperature > 0
         return cls(
             temperature=rollout.temperature if sampled else 1.0,
@@ -68,7 +70,7 @@ def compute_logprobs(
     model: nn.Module,
     samples: Sequence[Sample],
     optim: GRPOOptimConfig,
-    scoring: Scoring,
+    logprob_settings: LogprobSettings,
     *,
     pad_id: int,
 ) -> list[list[float]]:
@@ -77,7 +79,7 @@ def compute_logprobs(
     Only trained positions (mask 1) are computed; the others are 0. Micro-batches
     hold ``optim.micro_batch_tokens`` tokens.
     """
-    prefix_min = prefix_sharing(model, scoring.shared_prefix_min)
+    prefix_min = prefix_sharing(model, logprob_settings.shared_prefix_min)
     out: list[list[float]] = [[] for _ in samples]
     with torch.no_grad():
         for idx in pack_by_tokens(samples, optim.micro_batch_tokens, shared_prefix_min=prefix_min):
@@ -85,10 +87,10 @@ def compute_logprobs(
             logp, _ = sequence_logprobs(
                 model,
                 batch,
-                scoring.temperature,
-                top_k=scoring.top_k,
-                top_p=scoring.top_p,
-                compute_dtype=scoring.compute_dtype,
+                logprob_settings.temperature,
+                top_k=logprob_settings.top_k,
+                top_p=logprob_settings.top_p,
+                compute_dtype=logprob_settings.compute_dtype,
             )
             logp = logp.float().cpu()
             offsets = batch["offsets"].tolist() if "offsets" in batch else [0] * len(idx)
@@ -109,7 +111,7 @@ class Scorer:
     model: nn.Module
     reference: Reference | None
     optim: GRPOOptimConfig
-    scoring: Scoring
+    logprob_settings: LogprobSettings
     per_step: int
     pad_id: int
     memory: PeakMemory
@@ -129,12 +131,16 @@ class Scorer:
         t0 = time.perf_counter()
         with gathered_params(self.model):
             if samples and self.per_step > 1:
-                old = compute_logprobs(self.model, samples, self.optim, self.scoring, pad_id=pad_id)
+                old = compute_logprobs(
+                    self.model, samples, self.optim, self.logprob_settings, pad_id=pad_id
+                )
                 for sample, lp in zip(samples, old, strict=True):
                     sample.old_logprobs = lp
         if self.reference is not None:  # a collective when sharded: every rank scores
             with self.reference.active() as module:
-                lps = compute_logprobs(module, samples, self.optim, self.scoring, pad_id=pad_id)
+                lps = compute_logprobs(
+                    module, samples, self.optim, self.logprob_settings, pad_id=pad_id
+                )
             for sample, lp in zip(samples, lps, strict=True):
                 sample.ref_logprobs = lp
         metrics["logprobs_s"] = time.perf_counter() - t0

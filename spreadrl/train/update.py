@@ -26,7 +26,7 @@ from spreadrl.train.config import GRPOOptimConfig, LossConfig
 from spreadrl.train.distributed import all_reduce
 from spreadrl.train.logprobs import sequence_logprobs
 from spreadrl.train.losses import grpo_token_loss
-from spreadrl.train.scoring import Scoring
+from spreadrl.train.scoring import LogprobSettings
 
 
 def _trained(sample: Sample) -> int:
@@ -93,7 +93,7 @@ def micro_batch_loss(
     model: nn.Module,
     batch: dict[str, torch.Tensor],
     loss_cfg: LossConfig,
-    scoring: Scoring,
+    logprob_settings: LogprobSettings,
 ) -> tuple[torch.Tensor, dict[str, float]]:
     """The loss of one collated micro-batch under ``model`` (with grad), and its metrics.
 
@@ -102,11 +102,11 @@ def micro_batch_loss(
     logp, entropy = sequence_logprobs(
         model,
         batch,
-        scoring.temperature,
-        top_k=scoring.top_k,
-        top_p=scoring.top_p,
+        logprob_settings.temperature,
+        top_k=logprob_settings.top_k,
+        top_p=logprob_settings.top_p,
         entropy=loss_cfg.entropy_coef > 0,
-        compute_dtype=scoring.compute_dtype,
+        compute_dtype=logprob_settings.compute_dtype,
     )
     device = logp.device
     old = batch.get("old_logprobs")
@@ -129,7 +129,7 @@ def policy_update(
     samples: Sequence[Sample],
     loss_cfg: LossConfig,
     optim: GRPOOptimConfig,
-    scoring: Scoring,
+    logprob_settings: LogprobSettings,
     *,
     pad_id: int,
     scheduler: LRScheduler | None = None,
@@ -151,7 +151,7 @@ def policy_update(
     metrics: dict[str, list[float]] = {}
     generator = torch.Generator().manual_seed(seed)
     model.train()
-    prefix_min = prefix_sharing(model, scoring.shared_prefix_min)
+    prefix_min = prefix_sharing(model, logprob_settings.shared_prefix_min)
     token_mean = loss_cfg.aggregation == "token-mean"
     for _ in range(optim.ppo_epochs):
         for plan in micro_batch_plan(
@@ -166,7 +166,7 @@ def policy_update(
             optimizer.zero_grad(set_to_none=True)
             for micro in plan:
                 batch = collate(micro.samples, pad_id, shared_prefix_min=prefix_min)
-                loss, info = micro_batch_loss(model, batch, loss_cfg, scoring)
+                loss, info = micro_batch_loss(model, batch, loss_cfg, logprob_settings)
                 (loss * micro.weight).backward()
                 for key, value in info.items() if micro.real else ():
                     metrics.setdefault(key, []).append(value)

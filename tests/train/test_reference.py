@@ -11,18 +11,18 @@ from spreadrl.config import load_config
 from spreadrl.train.batching import Sample
 from spreadrl.train.config import GRPOConfig
 from spreadrl.train.reference import build_reference
-from spreadrl.train.scoring import Scoring, compute_logprobs
+from spreadrl.train.scoring import LogprobSettings, compute_logprobs
 
 
 def _logprobs(model, samples, cfg):
-    return compute_logprobs(model, samples, cfg.optim, Scoring(), pad_id=0)
+    return compute_logprobs(model, samples, cfg.optim, LogprobSettings(), pad_id=0)
 
 
 def _reference_logprobs(ref, cfg):
     """What the scorer does with the reference: score the module it makes active."""
     with ref.active() as module:
-        scoring = Scoring.for_run(cfg.rollout, cfg.optim, "float32")
-        return compute_logprobs(module, _samples(), cfg.optim, scoring, pad_id=0)
+        logprob_settings = LogprobSettings.for_run(cfg.rollout, cfg.optim, "float32")
+        return compute_logprobs(module, _samples(), cfg.optim, logprob_settings, pad_id=0)
 
 
 def _flat(rows):
