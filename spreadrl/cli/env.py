@@ -8,6 +8,7 @@ from typing import Any
 
 import typer
 
+from spreadrl.data.importers.common import is_xlsx_bytes_file
 from spreadrl.data.task import Task, load_tasks
 from spreadrl.env.config import EnvConfig
 from spreadrl.errors import SpreadrlError
@@ -158,6 +159,14 @@ def replay_command(
     typer.echo(json.dumps(report, indent=2, ensure_ascii=False, default=str))
 
 
+def _check_user_workbook(path: Path) -> None:
+    """Production mode edits this file in place: refuse anything but a readable .xlsx."""
+    if path.suffix.lower() != ".xlsx" or not path.is_file():
+        raise SpreadrlError(f"--workbook {path}: not an .xlsx file")
+    if not is_xlsx_bytes_file(path):
+        raise SpreadrlError(f"--workbook {path}: not a readable .xlsx workbook")
+
+
 @app.command("serve")
 def serve_command(
     tasks: str | None = typer.Option(
@@ -193,6 +202,8 @@ def serve_command(
 
       spreadrl env serve --workbook budget.xlsx --tools full
     """
+    if workbook is not None:
+        _check_user_workbook(workbook)  # before the openenv extra is imported
     from spreadrl.integrations.openenv_server import ServeOptions, serve
 
     config = EnvConfig(tools=tools, max_tool_calls=max_tool_calls)

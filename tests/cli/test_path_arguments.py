@@ -94,6 +94,7 @@ CASES: dict[tuple[str, str], tuple[list[str], str]] = {
     ("data split", "out"): (["data", "split", "{tasks}", "--out", "{p}"], "dir"),
     ("data synth", "out"): (["data", "synth", "--n", "1", "--out", "{p}"], "dir"),
     ("demo", "out"): (["demo", "--smoke", "--out", "{p}"], "dir"),
+    ("env serve", "workbook"): (["env", "serve", "--workbook", "{p}"], "in"),
     ("env replay", "trajectory"): (["env", "replay", "{p}"], "in"),
     ("env replay", "tasks_dir"): (["env", "replay", "{solution}", "--tasks", "{p}"], "in"),
     ("env replay", "output"): (["env", "replay", "{solution}", "--output", "{p}"], "file"),

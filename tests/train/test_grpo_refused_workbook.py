@@ -79,7 +79,7 @@ class BombEngine(HFEngine):
     """The hf engine (the trainer's model, gathered) sampling with :class:`BombOrAnswer`."""
 
     def start(self, model, tokenizer):
-        self.policy = BombOrAnswer(tokenizer)
+        self._policy = BombOrAnswer(tokenizer)
         return []
 
 

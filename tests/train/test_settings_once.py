@@ -24,6 +24,11 @@ DIFFERENT_SETTINGS = {
         "logging.every_steps": "how often a line is printed",
         "eval.every_steps": "how often the held-out eval runs (GRPO)",
     },
+    "system_prompt": {
+        "rollout.system_prompt": "what the gym's episodes open with",
+        "env.system_prompt": "env.kind openenv only: what a foreign server's episodes open "
+        "with when the server sends none (null reads rollout.system_prompt)",
+    },
     "temperature": {
         "rollout.temperature": "how training rollouts sample (exploration)",
         "eval.temperature": "how held-out episodes sample (0 = greedy, as Spreadsheet-RL "
