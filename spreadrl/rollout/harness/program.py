@@ -56,9 +56,7 @@ class HarnessProgram:
         if " " in spec or ":" not in spec:
             argv = shlex.split(spec)
             files = [Path(a).resolve() for a in argv if Path(a).is_file()]
-            return cls(
-                spec, "command", spec, read_only=tuple(sorted({str(f.parent) for f in files}))
-            )
+            return cls(spec, "command", spec, read_only=readable_roots(files))
         target, _, function = spec.rpartition(":")
         if not function.isidentifier():
             raise ConfigError(f"rollout.harness {spec!r}: {function!r} is not a function name")
@@ -66,7 +64,7 @@ class HarnessProgram:
             path = Path(target).resolve()
             if not path.is_file():
                 raise ConfigError(f"rollout.harness {spec!r}: no file {path}")
-            return cls(spec, "file", str(path), function, (str(path.parent),))
+            return cls(spec, "file", str(path), function, readable_roots([path]))
         try:
             found = importlib.util.find_spec(target)
         except (ImportError, ValueError) as exc:
@@ -80,6 +78,18 @@ class HarnessProgram:
         for _ in range(target.count(".") + (origin.name == "__init__.py")):
             root = root.parent
         return cls(spec, "module", target, function, (str(root),))
+
+
+def readable_roots(files: list[Path]) -> tuple[str, ...]:
+    """What the sandbox binds read-only so that its unprivileged uid can read ``files``:
+    each file's folder (its sibling modules stay importable) where others may enter and
+    read that folder, else the file alone. A bind keeps the host's modes, so a 0700
+    folder (a home, pytest's temporary root) would shut the sandbox's uid out."""
+    roots = set()
+    for path in files:
+        folder_open = path.parent.stat().st_mode & 0o005 == 0o005
+        roots.add(str(path.parent) if folder_open else str(path))
+    return tuple(sorted(roots))
 
 
 def launcher_code(

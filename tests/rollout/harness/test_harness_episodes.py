@@ -213,3 +213,21 @@ def test_vllm_through_the_endpoint_is_seeded_as_its_episode_scheduler_seeds(
             a.response_mask,
         )
         assert b.rollout_logprobs == a.rollout_logprobs
+
+
+def test_a_harness_file_in_a_private_folder_runs_in_the_sandbox(tmp_path, chat):
+    """A 0700 folder (a home, pytest's temporary root): the sandbox's uid cannot enter it,
+    so the file alone is bound read-only and the harness still plays its episode."""
+    private = tmp_path / "private"
+    private.mkdir(mode=0o700)
+    private.chmod(0o700)
+    agent = private / "agent.py"
+    agent.write_text(AGENT.read_text())
+    program = HarnessProgram.parse(f"{agent}:run")
+    assert program.read_only == (str(agent),)
+    runner = HarnessEpisodes(program, EnvConfig(), workdir_root=str(tmp_path / "episodes"))
+    policy = ScriptedTokenPolicy(chat.tokenizer, chat.fmt.stop_ids[0])
+    jobs = [EpisodeJob(workbook_task(tmp_path), 1, 0)]
+    out = runner(policy, None, jobs, RolloutConfig(max_turns=4), chat, run=RunValues(seed=1))
+    (traj,) = out.trajectories
+    assert traj.error is None, traj.traceback
