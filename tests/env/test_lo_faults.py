@@ -11,9 +11,12 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import signal
 import socket
+import tempfile
 import threading
+from collections.abc import Iterator
 from pathlib import Path
 
 import openpyxl
@@ -140,6 +143,15 @@ def test_an_eval_with_soffice_killed_counts_right(tmp_path, monkeypatch):
     assert not [t for t in trajs if not t.get("passed") and not t.get("error")]
 
 
+@pytest.fixture
+def sock() -> Iterator[Path]:
+    """A socket path under the system's temporary folder: AF_UNIX takes at most 107 bytes,
+    and a long --basetemp would make ``tmp_path / "lo.sock"`` longer."""
+    folder = Path(tempfile.mkdtemp(prefix="spreadrl-lo-test-"))
+    yield folder / "lo.sock"
+    shutil.rmtree(folder, ignore_errors=True)
+
+
 def _foreign_service(path: Path, tag: str | None) -> threading.Thread:
     """A service on ``path`` that answers the handshake as another install (``tag``; None:
     an older spreadrl that sends none) and would copy any file it is asked to."""
@@ -166,8 +178,7 @@ def _foreign_service(path: Path, tag: str | None) -> threading.Thread:
 
 
 @pytest.mark.parametrize("tag", ["0123456789ab", None])
-def test_a_service_of_another_install_is_never_used(tmp_path, monkeypatch, tag):
-    sock = tmp_path / "lo.sock"
+def test_a_service_of_another_install_is_never_used(sock, tmp_path, monkeypatch, tag):
     foreign = _foreign_service(sock, tag)
     monkeypatch.setenv("SPREADRL_LO_SOCKET", str(sock))  # two installs pointed at one path
     client = lo_service.ServiceClient("soffice", "python3", timeout_s=5)
@@ -181,12 +192,11 @@ def test_a_service_of_another_install_is_never_used(tmp_path, monkeypatch, tag):
 
 
 def test_the_socket_names_the_install_and_the_service_refuses_another_installs_request(
-    tmp_path, monkeypatch
+    sock, tmp_path, monkeypatch
 ):
     monkeypatch.delenv("SPREADRL_LO_SOCKET", raising=False)
     name = lo_service.socket_path().name
     assert lo_service.install_tag() in name and f"-{os.getuid()}-" in name
-    sock = tmp_path / "lo.sock"
 
     class Copy:
         def convert(self, src: Path, dst: Path) -> None:
@@ -217,12 +227,11 @@ def test_the_socket_names_the_install_and_the_service_refuses_another_installs_r
 
 
 @needs_libreoffice
-def test_the_service_retries_a_dead_soffice_and_relays_a_second_death(tmp_path, monkeypatch):
+def test_the_service_retries_a_dead_soffice_and_relays_a_second_death(sock, tmp_path, monkeypatch):
     # the machine's service drives the same server: a client sees the retry succeed,
     # and a death twice over arrives as EngineCrashed, not as "could not recalculate"
     from spreadrl.env.recalc.ironcalc_engine import read_cached
 
-    sock = tmp_path / "lo.sock"
     server = LibreOfficeServer(SOFFICE, uno_python())
     ready = threading.Event()
     threading.Thread(
