@@ -33,6 +33,7 @@ import spreadrl.train.checkpoint as checkpoint
 from spreadrl.cli.main import main
 from spreadrl.train.checkpoint import checkpoint_problem, latest_checkpoint
 from tests.train.killed_spreadrl import use_fake_gym
+from tests.train.test_grpo_e2e import tiny_overrides
 from tests.train.test_sft_e2e import _rows, _write
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -135,27 +136,8 @@ def test_sft_killed_mid_save_resumes_and_ends_bit_identical(
 
 
 def _grpo_args(model: Path, out: Path, steps: int, every: int = 1) -> list[str]:
-    # as tests/train/test_grpo_e2e.py: overlong shaping on a short budget makes rewards
-    # differ with response length, so a random model gets non-zero advantages
-    return [
-        "grpo",
-        f"model.name_or_path={model}",
-        f"output_dir={out}",
-        f"steps={steps}",
-        "device=cpu",
-        "rollout.group_size=4",
-        "rollout.prompts_per_step=2",
-        "rollout.max_turns=2",
-        "rollout.max_new_tokens_per_turn=16",
-        "rollout.max_response_tokens=48",
-        "reward.overlong=true",
-        "reward.overlong_buffer=40",
-        "sampling.mode=keep",
-        "optim.lr=1e-3",
-        "optim.weight_decay=0.0",
-        "env.tools=[write_range]",
-        f"checkpoint.every_steps={every}",
-    ]
+    """test_grpo_e2e's tiny run as a command, with a checkpoint every ``every`` steps."""
+    return ["grpo", *tiny_overrides(model, out, steps), f"checkpoint.every_steps={every}"]
 
 
 def test_grpo_killed_mid_save_resumes_and_ends_bit_identical(

@@ -13,31 +13,32 @@ from spreadrl.train.run_identity import claim_training_folder
 from tests.rollout.fakes import FakePool, make_task
 
 
+def tiny_overrides(model_dir, out, steps) -> list[str]:
+    """The tiny GRPO run's command-line overrides (also run as a command by test_faults).
+
+    Overlong shaping on a short budget makes rewards differ with response length, so a
+    random model still gets non-zero advantages."""
+    return [
+        f"model.name_or_path={model_dir}",
+        f"output_dir={out}",
+        f"steps={steps}",
+        "device=cpu",
+        "rollout.group_size=4",
+        "rollout.prompts_per_step=2",
+        "rollout.max_turns=2",
+        "rollout.max_new_tokens_per_turn=16",
+        "rollout.max_response_tokens=48",
+        "reward.overlong=true",
+        "reward.overlong_buffer=40",
+        "sampling.mode=keep",
+        "optim.lr=1e-3",
+        "optim.weight_decay=0.0",
+        "env.tools=[write_range]",
+    ]
+
+
 def _cfg(model_dir, out, steps, extra=()):
-    # overlong shaping on a short budget makes rewards differ with response length,
-    # so a random model still gets non-zero advantages
-    return load_config(
-        GRPOConfig,
-        None,
-        [
-            f"model.name_or_path={model_dir}",
-            f"output_dir={out}",
-            f"steps={steps}",
-            "device=cpu",
-            "rollout.group_size=4",
-            "rollout.prompts_per_step=2",
-            "rollout.max_turns=2",
-            "rollout.max_new_tokens_per_turn=16",
-            "rollout.max_response_tokens=48",
-            "reward.overlong=true",
-            "reward.overlong_buffer=40",
-            "sampling.mode=keep",
-            "optim.lr=1e-3",
-            "optim.weight_decay=0.0",
-            "env.tools=[write_range]",
-            *extra,
-        ],
-    )
+    return load_config(GRPOConfig, None, [*tiny_overrides(model_dir, out, steps), *extra])
 
 
 def _metrics(out):
