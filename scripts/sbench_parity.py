@@ -29,11 +29,11 @@ import sys
 import tempfile
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests" / "env"))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests" / "env" / "spreadsheet"))
 
 from sbench_pairs import HARBOR_FORMS, UPSTREAM_FORMS, make_pairs  # noqa: E402
 
-from spreadrl.env.sbench import compare_books, sbench_check  # noqa: E402
+from spreadrl.env.spreadsheet.sbench import compare_books, sbench_check  # noqa: E402
 
 
 def _load(path: Path, name: str):
@@ -120,7 +120,7 @@ def main() -> int:
         "compare_workbooks (raw: on the generated output; converted: after its "
         "evaluation/open_spreadsheet.py LibreOffice conversion) at upstream_commit; 'harbor': "
         "Harbor's SpreadsheetBench evaluate.py on the answer_position forms upstream crashes "
-        "on. Written by scripts/sbench_parity.py; the pairs are tests/env/sbench_pairs.py's, "
+        "on. Written by scripts/sbench_parity.py; the pairs are tests/env/spreadsheet/sbench_pairs.py's, "
         "regenerated from seed at test time.",
         "seed": args.seed,
         "upstream_commit": commit,

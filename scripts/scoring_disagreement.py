@@ -19,7 +19,7 @@ from collections import Counter
 from pathlib import Path
 
 from spreadrl.data.sources import resolve_tasks
-from spreadrl.env.checker import CheckResult, check_many
+from spreadrl.env.spreadsheet.checker import CheckResult, check_many
 
 
 def _resave(answer: Path, target: Path) -> Path:

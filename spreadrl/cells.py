@@ -5,7 +5,7 @@ strings of SpreadsheetBench-style tasks (see reference section 3) into
 (sheet, range) pairs; ``range_cells`` walks a range the way SpreadsheetBench
 does. A1 letters go through openpyxl's own helpers. This module sits in the
 low layer (it imports nothing of spreadrl but errors), so the task format in
-:mod:`spreadrl.data` and the checker in :mod:`spreadrl.env.checker` share it.
+:mod:`spreadrl.data` and the checker in :mod:`spreadrl.env.spreadsheet.checker` share it.
 """
 
 from __future__ import annotations

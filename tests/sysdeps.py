@@ -18,8 +18,8 @@ REQUIRED = os.environ.get("SPREADRL_REQUIRE_SYSDEPS") == "1"
 
 def have_libreoffice() -> bool:
     """LibreOffice and its UNO binding are installed here."""
-    from spreadrl.env import recalc
-    from spreadrl.env.recalc.libreoffice import uno_python
+    from spreadrl.env.spreadsheet import recalc
+    from spreadrl.env.spreadsheet.recalc.libreoffice import uno_python
 
     return recalc.find_soffice() is not None and uno_python() is not None
 

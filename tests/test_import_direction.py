@@ -196,7 +196,7 @@ def test_no_import_cycles() -> None:
     """No two modules import each other, directly or through others.
 
     A package's ``__init__`` re-exporting its own submodules is not a cycle
-    worth reporting (importing ``spreadrl.env.tools.edit`` runs the package
+    worth reporting (importing ``spreadrl.env.spreadsheet.tools.edit`` runs the package
     first anyway), so edges from a package into its own submodules are left out.
     """
     graph = _graph()
@@ -218,7 +218,7 @@ def test_no_import_cycles() -> None:
 
 
 def _package(module: str) -> str:
-    """The top-level part of spreadrl a module belongs to (``spreadrl.env.tools.edit``: env)."""
+    """The top-level part of spreadrl a module belongs to (``spreadrl.env.spreadsheet.tools.edit``: env)."""
     parts = module.split(".")
     return parts[1] if len(parts) > 1 else ""
 
@@ -282,8 +282,8 @@ def test_known_package_cycles_still_exist() -> None:
 def test_the_check_catches_a_cycle_between_packages() -> None:
     """Modules in no cycle of their own still tie their packages into one."""
     graph = {
-        "spreadrl.data.filters": [("spreadrl.env.checker", 80)],
-        "spreadrl.env.checker": [("spreadrl.errors", 3)],
+        "spreadrl.data.filters": [("spreadrl.env.spreadsheet.checker", 80)],
+        "spreadrl.env.spreadsheet.checker": [("spreadrl.errors", 3)],
         "spreadrl.env.check": [("spreadrl.data.task", 31)],
         "spreadrl.data.task": [],
         "spreadrl.rollout.runner": [("spreadrl.env.check", 5)],
@@ -292,7 +292,7 @@ def test_the_check_catches_a_cycle_between_packages() -> None:
     ((component, ties),) = _package_cycles(graph)
     assert component == ["data", "env"]
     assert ties == [
-        ("spreadrl.data.filters", "spreadrl.env.checker", 80),
+        ("spreadrl.data.filters", "spreadrl.env.spreadsheet.checker", 80),
         ("spreadrl.env.check", "spreadrl.data.task", 31),
     ]
 

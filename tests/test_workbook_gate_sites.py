@@ -19,14 +19,14 @@ from pathlib import Path
 
 PACKAGE = Path(__file__).resolve().parents[1] / "spreadrl"
 
-# a reader's name -> where it counts ("convert" is LibreOffice's only in env/recalc)
+# a reader's name -> where it counts ("convert" is LibreOffice's only in env/spreadsheet/recalc)
 OPENERS = {
     "load_workbook": "",
     "ZipFile": "",
     "load_from_xlsx": "",
     "read_excel": "",
     "loadComponentFromURL": "",
-    "convert": "env/recalc/",
+    "convert": "env/spreadsheet/recalc/",
 }
 GATES = frozenset({"check_archive", "scan_xlsx"})
 
@@ -40,12 +40,12 @@ NOT_GATED_HERE: dict[tuple[str, str], str] = {
     ): "the release's dataset archive; each workbook read from it is gated as bytes "
     "(is_xlsx_bytes) before it is written",
     (
-        "env/recalc/lo_service.py",
+        "env/spreadsheet/recalc/lo_service.py",
         "handle",
     ): "the LibreOffice service converts paths its clients sent; LibreOfficeEngine.recalculate "
     "gated each one",
     (
-        "env/recalc/uno_helper.py",
+        "env/spreadsheet/recalc/uno_helper.py",
         "_recalculate",
     ): "runs inside soffice's Python on paths LibreOfficeEngine.recalculate gated",
 }
@@ -102,10 +102,10 @@ def test_the_readers_found_are_the_ones_we_know() -> None:
     """The scan finds the real sites (so an empty result cannot pass by accident)."""
     found = {(module, func) for module, func, _, _ in _sites()}
     for site in [
-        ("env/workbook.py", "__init__"),
-        ("env/workbook.py", "reload"),
-        ("env/recalc/xlsx_scan.py", "scan_xlsx"),
-        ("env/recalc/xlsx_scan.py", "load_model"),
+        ("env/spreadsheet/workbook.py", "__init__"),
+        ("env/spreadsheet/workbook.py", "reload"),
+        ("env/spreadsheet/recalc/xlsx_scan.py", "scan_xlsx"),
+        ("env/spreadsheet/recalc/xlsx_scan.py", "load_model"),
         ("serve/tasks.py", "check_upload"),
         ("data/importers/common.py", "is_xlsx_bytes"),
     ]:

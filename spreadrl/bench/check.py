@@ -19,9 +19,9 @@ from typing import Any
 import openpyxl
 
 from spreadrl.data.builtin import builtin_tasks
-from spreadrl.env.checker import check_workbook
-from spreadrl.env.episode import replay
-from spreadrl.env.recalc import available_engines, get_engine
+from spreadrl.env.spreadsheet.checker import check_workbook
+from spreadrl.env.spreadsheet.episode import replay
+from spreadrl.env.spreadsheet.recalc import available_engines, get_engine
 
 
 def _make_tasks(root: Path, count: int) -> list[tuple[Path, Path, str]]:

@@ -25,9 +25,9 @@ from openpyxl.worksheet.worksheet import Worksheet
 from spreadrl.data.builtin import builtin_tasks
 from spreadrl.data.task import Task, TaskCase
 from spreadrl.env.config import EnvConfig
-from spreadrl.env.episode import SpreadsheetEnv
 from spreadrl.env.pool import EnvPool
 from spreadrl.env.sandbox import bwrap_problem
+from spreadrl.env.spreadsheet.episode import SpreadsheetEnv
 from spreadrl.env.types import ToolCall
 from spreadrl.errors import SpreadrlError
 

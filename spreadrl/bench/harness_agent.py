@@ -19,7 +19,7 @@ import httpx
 
 from spreadrl.data.task import CELL_LEVEL, Task, TaskCase
 from spreadrl.env.config import EnvConfig
-from spreadrl.env.episode import SpreadsheetEnv
+from spreadrl.env.spreadsheet.episode import SpreadsheetEnv
 from spreadrl.env.types import ToolCall
 from spreadrl.rollout.config import DEFAULT_SYSTEM_PROMPT
 

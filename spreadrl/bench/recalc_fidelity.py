@@ -6,7 +6,7 @@ workbooks saved by Excel: every formula cell's cached value (Excel's own) is
 the expectation; the workbook is re-saved by openpyxl (which drops the cached
 values, exactly what an agent's output looks like), recalculated by each
 engine, and every formula cell is compared with the checker's rules
-(:func:`spreadrl.env.checker.values_match`). Volatile cells (NOW, TODAY,
+(:func:`spreadrl.env.spreadsheet.checker.values_match`). Volatile cells (NOW, TODAY,
 RAND, ...) cannot be reproduced by anyone and are counted apart.
 
 A workbook counts only if it was saved by Excel (``docProps/app.xml`` names
@@ -29,10 +29,10 @@ import openpyxl
 from openpyxl.worksheet.formula import ArrayFormula
 
 from spreadrl.archive_gate import WorkbookRefused, check_archive
-from spreadrl.env import recalc
-from spreadrl.env.checker import column_name, values_match
-from spreadrl.env.recalc import libreoffice
-from spreadrl.env.recalc.values import has_uncached_formulas, load_values
+from spreadrl.env.spreadsheet import recalc
+from spreadrl.env.spreadsheet.checker import column_name, values_match
+from spreadrl.env.spreadsheet.recalc import libreoffice
+from spreadrl.env.spreadsheet.recalc.values import has_uncached_formulas, load_values
 from spreadrl.errors import SpreadrlError
 
 VOLATILE = ("NOW", "TODAY", "RAND", "RANDBETWEEN", "RANDARRAY", "INFO", "CELL")

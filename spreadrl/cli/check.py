@@ -10,7 +10,7 @@ import typer
 from spreadrl.cli.console import plain
 from spreadrl.data.task import load_tasks
 from spreadrl.env.config import check_engine_name
-from spreadrl.env.recalc.locales import check_locale_name
+from spreadrl.env.spreadsheet.recalc.locales import check_locale_name
 from spreadrl.errors import SpreadrlError
 
 
@@ -56,7 +56,7 @@ def check(
       spreadrl check tasks/ --outputs runs/outputs --scoring spreadsheetbench
     """
     from spreadrl.cli.console import cli_console
-    from spreadrl.env.checker import check_scoring_name
+    from spreadrl.env.spreadsheet.checker import check_scoring_name
 
     check_engine_name(engine, "--engine")
     check_scoring_name(scoring, "--scoring")
@@ -108,7 +108,7 @@ def _check_one(
 ):
     from rich.table import Table
 
-    from spreadrl.env.checker import check_workbook
+    from spreadrl.env.spreadsheet.checker import check_workbook
 
     if output.is_dir():
         raise SpreadrlError(
@@ -144,7 +144,7 @@ def _check_set(
 ):
     from rich.table import Table
 
-    from spreadrl.env.checker import score_task
+    from spreadrl.env.spreadsheet.checker import score_task
 
     if not outputs.is_dir():
         raise SpreadrlError(f"--outputs {outputs}: folder does not exist")

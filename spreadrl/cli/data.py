@@ -56,7 +56,7 @@ def synth(
           --difficulty easy --cases 1
     """
     from spreadrl.cli.console import cli_console
-    from spreadrl.env.case_check import verify_case
+    from spreadrl.env.spreadsheet.case_check import verify_case
 
     console = cli_console()
     if list_families:

@@ -210,7 +210,7 @@ def _chosen_filters(
     dedup: float | None,
 ) -> list[filters.Filter]:
     """The filters the flags ask for (in flag order; ``apply_filters`` orders them)."""
-    from spreadrl.env.task_filters import ReproducibleFilter, StructureFilter
+    from spreadrl.env.spreadsheet.task_filters import ReproducibleFilter, StructureFilter
 
     chosen: list[filters.Filter] = []
     if structure:

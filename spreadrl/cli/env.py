@@ -38,7 +38,7 @@ def tools(
     from rich.table import Table
 
     from spreadrl.cli.console import cli_console
-    from spreadrl.env.tools import resolve_tools, signature
+    from spreadrl.env.spreadsheet.tools import resolve_tools, signature
 
     chosen = resolve_tools(preset)
     if as_json:
@@ -116,7 +116,7 @@ def replay_command(
 
       spreadrl env replay data/tasks/synth-0-00001/1_synth-0-00001_solution.json
     """
-    from spreadrl.env.episode import replay
+    from spreadrl.env.spreadsheet.episode import replay
 
     if output is not None:  # a folder in its place is one line before the episode runs
         from spreadrl.run_folder import check_output_file

@@ -121,7 +121,7 @@ def serve(
 def _check_preset_and_model(preset: str, model: str) -> None:
     """An unknown tool, or a model folder that is not there (every served engine loads
     --model from a folder or the Hub): one line before torch loads."""
-    from spreadrl.env.tools import resolve_tools
+    from spreadrl.env.spreadsheet.tools import resolve_tools
 
     try:
         resolve_tools(preset)

@@ -1,7 +1,7 @@
 """Tests of a code problem in one canonical form, and the formats they are read from.
 
 Part of the task format (a code task's ``metadata["tests"]``), so it lives in
-the data layer; :mod:`spreadrl.env.answers` runs them and re-exports these names.
+the data layer; :mod:`spreadrl.env.code.answers` runs them and re-exports these names.
 """
 
 from __future__ import annotations

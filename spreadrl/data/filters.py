@@ -14,7 +14,7 @@ RL, tasks a model always or never solves (all-equal groups give zero advantage).
 Dedup runs last in :func:`default_order` so that the copy it keeps is one the
 other filters kept. The two filters that grade a task with the reward's
 checker and recalculation (``structure``, ``reproducible``) live with them in
-:mod:`spreadrl.env.task_filters`: data does not import the environment.
+:mod:`spreadrl.env.spreadsheet.task_filters`: data does not import the environment.
 """
 
 from __future__ import annotations

@@ -4,10 +4,10 @@ Budgets (tool calls, observation size) and caps (cells per page, cells per
 write, search results) live here so a recipe's YAML can set them
 (``env.max_page_cells=500``) and the tools read them from one place instead of
 hard-coding numbers. The same class is the YAML section and what
-:class:`spreadrl.env.episode.SpreadsheetEnv` reads: there is no translation
+:class:`spreadrl.env.spreadsheet.episode.SpreadsheetEnv` reads: there is no translation
 between them. The episode's wall-clock budget is the rollout's
 (``rollout.episode_wall_time_s``), the only one. The math/code environment
-(``kind: code``, :mod:`spreadrl.env.code_env`) reads this same section.
+(``kind: code``, :mod:`spreadrl.env.code.code_env`) reads this same section.
 """
 
 from __future__ import annotations
@@ -18,8 +18,8 @@ from typing import Literal
 from spreadrl.archive_gate import ArchiveLimits
 from spreadrl.config import Section, option
 from spreadrl.env.limits import WATCHDOG_GRACE_S, WorkerLimits
-from spreadrl.env.recalc import ENGINES
-from spreadrl.env.recalc.locales import LOCALES, check_locale_name
+from spreadrl.env.spreadsheet.recalc import ENGINES
+from spreadrl.env.spreadsheet.recalc.locales import LOCALES, check_locale_name
 from spreadrl.errors import ConfigError
 
 TOOL_PRESETS = ("minimal", "full", "spreadsheet-rl", "spreadsheet-rl-2606")

@@ -11,10 +11,10 @@ import functools
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING
 
-from spreadrl.env.code_env import CodeEnv
+from spreadrl.env.code.code_env import CodeEnv
 from spreadrl.env.config import EnvConfig
-from spreadrl.env.episode import SpreadsheetEnv
 from spreadrl.env.pool import EnvPool, InlineEnvPool
+from spreadrl.env.spreadsheet.episode import SpreadsheetEnv
 
 if TYPE_CHECKING:
     from spreadrl.env.openenv_pool import OpenEnvPool

@@ -19,7 +19,7 @@ So each worker of an :class:`~spreadrl.env.pool.EnvPool` runs under:
   ends the worker (exit status 1, its stack written to stderr), which the pool
   restarts.
 
-:class:`~spreadrl.env.episode.SpreadsheetEnv` turns ``MemoryError`` and
+:class:`~spreadrl.env.spreadsheet.episode.SpreadsheetEnv` turns ``MemoryError`` and
 :class:`EnvLimitExceeded` into the end reason ``env_limit``: the episode is
 scored 0 and the worker goes on with its next request. The inline pool
 (``workers: 0``) runs in the caller's process and sets no limits.

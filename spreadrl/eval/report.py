@@ -26,9 +26,11 @@ def _group_by_case(trajs: Iterable[Trajectory]) -> dict[tuple[str, int], list[bo
 
 
 def _soft_hard(by_case: dict[tuple[str, int], list[bool]]) -> tuple[float, float]:
-    """SpreadsheetBench metrics (:func:`spreadrl.env.checker.soft_hard`) per task,
+    """SpreadsheetBench metrics (:func:`spreadrl.env.spreadsheet.checker.soft_hard`) per task,
     averaged over samples, then over tasks."""
-    from spreadrl.env.checker import soft_hard  # the checker's recalc modules: not with the CLI
+    from spreadrl.env.spreadsheet.checker import (
+        soft_hard,  # the checker's recalc modules: not with the CLI
+    )
 
     tasks: dict[str, list[list[bool]]] = defaultdict(list)
     for (task_id, _), samples in by_case.items():

@@ -192,7 +192,7 @@ class UserWorkbook:
     shared by every session; a call that succeeds saves the file (atomically)."""
 
     def __init__(self, path: Path, config: EnvConfig) -> None:
-        from spreadrl.env.episode import SpreadsheetEnv
+        from spreadrl.env.spreadsheet.episode import SpreadsheetEnv
 
         self.path = Path(path)
         case = TaskCase(1, self.path, self.path)

@@ -49,7 +49,7 @@ def build_app(options: ServeOptions, resources: ExitStack) -> Any:
         raise SpreadrlError(
             "spreadrl env serve needs openenv: pip install 'spreadrl[openenv]'"
         ) from exc
-    from spreadrl.env.episode import SpreadsheetEnv
+    from spreadrl.env.spreadsheet.episode import SpreadsheetEnv
     from spreadrl.integrations.openenv_env import (
         GymInfo,
         SpreadsheetAction,

@@ -263,7 +263,7 @@ def index_html(
 ) -> str:
     """The page: the served model's name, a link to the run viewer when one is served,
     and a select of the gym's tool presets (the server's default selected)."""
-    from spreadrl.env.tools import PRESETS
+    from spreadrl.env.spreadsheet.tools import PRESETS
 
     names = list(PRESETS)
     if default_preset not in names:

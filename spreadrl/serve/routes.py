@@ -25,7 +25,7 @@ from fastapi.responses import (
 )
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
-from spreadrl.env.tools import resolve_tools
+from spreadrl.env.spreadsheet.tools import resolve_tools
 from spreadrl.env.types import EndReason
 from spreadrl.errors import SpreadrlError
 from spreadrl.rollout.chat import EpisodeChat

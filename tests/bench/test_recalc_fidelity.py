@@ -106,7 +106,7 @@ def test_cli_rejects_an_unknown_engine_and_an_empty_folder(tmp_path: Path) -> No
 
 
 def test_hybrid_without_libreoffice_says_so(monkeypatch) -> None:
-    from spreadrl.env import recalc
+    from spreadrl.env.spreadsheet import recalc
 
     monkeypatch.setattr(recalc, "find_soffice", lambda: None)
     tallies, _ = run_fidelity(SLICE, ["hybrid"])

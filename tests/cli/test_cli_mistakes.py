@@ -176,7 +176,7 @@ def test_eval_refuses_an_unknown_engine_before_making_its_folder(tmp_path, monke
 def test_the_gym_config_refuses_an_unknown_engine_and_keeps_the_known_ones():
     from spreadrl.config import load_config
     from spreadrl.env.config import EnvConfig
-    from spreadrl.env.recalc import ENGINES
+    from spreadrl.env.spreadsheet.recalc import ENGINES
     from spreadrl.train.config import GRPOConfig
 
     with pytest.raises(ConfigError, match="env.engine 'bogus'"):

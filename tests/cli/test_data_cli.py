@@ -56,7 +56,7 @@ def test_synth_writes_a_task_set(tmp_path):
 
 
 def test_synth_checks_every_case_with_the_env_checker(tmp_path, monkeypatch):
-    from spreadrl.env import case_check
+    from spreadrl.env.spreadsheet import case_check
 
     monkeypatch.setattr(case_check, "verify_case", lambda *args: ["the answer is wrong"])
     result = _run("synth", "--out", str(tmp_path / "s"), "--n", "1", "--seed", "3")

@@ -10,7 +10,7 @@ from typer.testing import CliRunner
 from spreadrl.cli.main import app
 from spreadrl.data.task import write_dataset_index
 from spreadrl.errors import SpreadrlError
-from tests.env.gym_helpers import make_task, revenue_answer
+from tests.env.spreadsheet.gym_helpers import make_task, revenue_answer
 
 runner = CliRunner()
 

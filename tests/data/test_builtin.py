@@ -9,7 +9,7 @@ import pytest
 
 from spreadrl.data import builtin
 from spreadrl.data.builtin import BuiltinSplit, builtin_tasks
-from spreadrl.env.case_check import verify_case
+from spreadrl.env.spreadsheet.case_check import verify_case
 from spreadrl.errors import SpreadrlError
 
 

@@ -13,7 +13,7 @@ from spreadrl.data.code_tasks import (
     make_problem_task,
     write_problem_jsonl,
 )
-from spreadrl.env.answers import (
+from spreadrl.env.code.answers import (
     extract_code,
     extract_math_answer,
     math_answers_equal,

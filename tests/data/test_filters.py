@@ -22,7 +22,7 @@ from spreadrl.data.filters import (
     near_duplicate_clusters,
 )
 from spreadrl.data.task import CELL_LEVEL, load_tasks
-from spreadrl.env.task_filters import ReproducibleFilter, StructureFilter
+from spreadrl.env.spreadsheet.task_filters import ReproducibleFilter, StructureFilter
 from spreadrl.errors import SpreadrlError
 
 

@@ -12,7 +12,7 @@ from spreadrl.data.synth import FAMILIES, SynthVerificationError, describe_famil
 from spreadrl.data.synth.base import json_value
 from spreadrl.data.synth.columns import add_months, excel_weekday
 from spreadrl.data.task import CELL_LEVEL, INSTRUCTION_TYPES
-from spreadrl.env.case_check import apply_calls, verify_case
+from spreadrl.env.spreadsheet.case_check import apply_calls, verify_case
 from spreadrl.errors import SpreadrlError
 
 

@@ -8,14 +8,14 @@ import pytest
 
 from spreadrl.data.code_tasks import make_problem_task
 from spreadrl.data.task import CELL_LEVEL, Task, TaskCase
-from spreadrl.env import code_env
 from spreadrl.env.check import EnvContractError, check_env
-from spreadrl.env.code_env import CodeEnv
+from spreadrl.env.code import code_env
+from spreadrl.env.code.code_env import CodeEnv
 from spreadrl.env.config import EnvConfig
-from spreadrl.env.episode import SpreadsheetEnv
+from spreadrl.env.spreadsheet.episode import SpreadsheetEnv
 from spreadrl.env.types import EndReason, Env, EpisodeResult, Observation, StepResult, ToolCall
 from spreadrl.errors import SpreadrlError
-from tests.env.gym_helpers import make_task, revenue_answer
+from tests.env.spreadsheet.gym_helpers import make_task, revenue_answer
 
 SCHEMA = {
     "type": "function",

@@ -17,7 +17,7 @@ from spreadrl.env.factory import make_env_pool
 from spreadrl.env.limits import EnvLimitExceeded, WorkerLimits
 from spreadrl.env.pool import EnvPool, EpisodeCrashed
 from spreadrl.env.types import EndReason, Observation, StepResult, ToolCall
-from tests.env.gym_helpers import make_task, revenue_answer
+from tests.env.spreadsheet.gym_helpers import make_task, revenue_answer
 
 
 class GreedyEnv:
@@ -115,9 +115,9 @@ def test_the_settings_make_the_limits():
 
 def test_the_gym_ends_an_episode_over_a_limit_scored_zero(tmp_path, monkeypatch):
     """Out of memory in a tool call or in the grading: the episode ends env_limit, scored 0."""
-    from spreadrl.env import checker
-    from spreadrl.env.episode import SpreadsheetEnv
-    from spreadrl.env.tools import compute
+    from spreadrl.env.spreadsheet import checker
+    from spreadrl.env.spreadsheet.episode import SpreadsheetEnv
+    from spreadrl.env.spreadsheet.tools import compute
 
     task = make_task(tmp_path, revenue_answer)
     env = SpreadsheetEnv(EnvConfig(tools="minimal"))

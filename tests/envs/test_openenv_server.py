@@ -276,7 +276,7 @@ def test_production_mode_answers_the_mcp_packages_own_client(tmp_path):
     from mcp import ClientSession
     from mcp.client.streamable_http import streamable_http_client
 
-    from spreadrl.env.tools import tool_schemas
+    from spreadrl.env.spreadsheet.tools import tool_schemas
 
     book = tmp_path / "book.xlsx"
     wb = openpyxl.Workbook()

@@ -9,7 +9,7 @@ import pytest
 
 from spreadrl.data.task import load_tasks
 from spreadrl.env.config import EnvConfig
-from spreadrl.env.episode import replay
+from spreadrl.env.spreadsheet.episode import replay
 from spreadrl.rollout.config import DEFAULT_SYSTEM_PROMPT
 from tests.envs.conftest import TOOLS
 

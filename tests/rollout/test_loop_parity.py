@@ -260,7 +260,7 @@ def test_upstream_loop_settings_with_the_spreadsheet_rl_gym(tmp_path):
 
     from spreadrl.env.config import EnvConfig
     from spreadrl.env.factory import make_env_pool
-    from tests.env.gym_helpers import make_task as gym_task
+    from tests.env.spreadsheet.gym_helpers import make_task as gym_task
 
     def answer(ws):
         for r in range(2, 7):

@@ -14,7 +14,7 @@ from spreadrl.rollout.engines.scripted import format_tool_call
 from spreadrl.rollout.runner import EpisodeJob, run_episodes
 from spreadrl.rollout.types import PolicyTurn
 from spreadrl.train.trajectory_log import save_step_trajectories
-from tests.env.gym_helpers import make_task, revenue_answer
+from tests.env.spreadsheet.gym_helpers import make_task, revenue_answer
 
 
 class ScriptPolicy:

@@ -11,7 +11,7 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
-import spreadrl.env.checker as checker
+import spreadrl.env.spreadsheet.checker as checker
 from spreadrl.cli.main import main
 from spreadrl.env.config import EnvConfig
 from spreadrl.rollout.chat import EpisodeChat

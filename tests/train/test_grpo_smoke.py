@@ -22,7 +22,7 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
-import spreadrl.env.checker as checker
+import spreadrl.env.spreadsheet.checker as checker
 from spreadrl.cli.main import main
 from spreadrl.data.builtin import builtin_tasks
 from spreadrl.models.init import load_model_and_tokenizer

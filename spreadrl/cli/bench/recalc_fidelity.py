@@ -10,7 +10,7 @@ from rich.table import Table
 
 from spreadrl.bench.recalc_fidelity import fidelity_report, run_fidelity
 from spreadrl.cli.console import cli_console
-from spreadrl.env import recalc
+from spreadrl.env.spreadsheet import recalc
 from spreadrl.errors import SpreadrlError
 
 

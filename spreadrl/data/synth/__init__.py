@@ -4,7 +4,7 @@
 :data:`FAMILIES`, writes each as SpreadsheetBench does (input, answer and
 reference-solution files per case, plus dataset.json), checks every case
 with the ``check`` it is given (the real one is
-:func:`spreadrl.env.case_check.verify_case`, which grades with env's checker, so
+:func:`spreadrl.env.spreadsheet.case_check.verify_case`, which grades with env's checker, so
 the caller passes it: data never imports env) and returns the loaded
 :class:`~spreadrl.data.task.TaskSet`. The same seed gives the same
 dataset.json byte for byte and the same workbook contents.
@@ -127,7 +127,7 @@ def synthesize(
     cover every family), each task's difficulty uniformly from the allowed ones
     it supports; ``cases`` fixes the case count (default 1-3 at random).
     ``reporter`` shows the progress (the CLI: a bar; default: none).
-    ``check`` (e.g. :func:`spreadrl.env.case_check.verify_case`) checks every
+    ``check`` (e.g. :func:`spreadrl.env.spreadsheet.case_check.verify_case`) checks every
     written case and raises :class:`SynthVerificationError` on the first
     problem; without it the cases are written unchecked.
     ``out`` must be empty or absent unless ``overwrite``.

@@ -167,7 +167,7 @@ class CaseCheck(Protocol):
 
     The check grades with the environment's answer checker, which data must not
     import (imports run env -> data), so the caller passes one in:
-    :func:`spreadrl.env.case_check.verify_case` is the real one.
+    :func:`spreadrl.env.spreadsheet.case_check.verify_case` is the real one.
     """
 
     def __call__(

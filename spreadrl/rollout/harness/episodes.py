@@ -33,9 +33,9 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
-from spreadrl.env import checker
 from spreadrl.env.config import EnvConfig
 from spreadrl.env.sandbox import SandboxLimits, SandboxResult, run_python
+from spreadrl.env.spreadsheet import checker
 from spreadrl.rollout.chat import EpisodeChat
 from spreadrl.rollout.config import RolloutConfig
 from spreadrl.rollout.episode import EnvPoolLike, EpisodeJob
