@@ -46,7 +46,7 @@ from spreadrl.reporting import LogReporter, Reporter
 from spreadrl.rollout.allocator import ALLOC_CONF, use_expandable_segments
 from spreadrl.run_folder import has_results
 from spreadrl.train.config import GRPOConfig
-from spreadrl.train.run_identity import TRAINING_FILES
+from spreadrl.train.setup import TRAINING_FILES
 
 # seed 000's recipe, from the repository checkout this package runs from
 RECIPE = Path(__file__).resolve().parents[2] / "configs" / "spreadsheet-rl-4b.yaml"

@@ -187,8 +187,8 @@ def spreadrl_steps(
 ) -> tuple[list[StepRecord], list[list[int]]]:
     """Run ``shape.steps`` spreadrl GRPO steps: one record per step, and the first step's
     prompt ids, one list per episode in rollout order (G per prompt)."""
+    import spreadrl.train.episodes as rollouts
     import spreadrl.train.grpo as grpo
-    import spreadrl.train.rollouts as rollouts
 
     cfg = spreadrl_config(model_dir, shape, out)
     prompt_tokens: list[int] = []

@@ -69,7 +69,7 @@ def sft_build(
     from spreadrl.rollout.config import RolloutConfig
     from spreadrl.rollout.engine import load_policy
     from spreadrl.rollout.types import RunValues
-    from spreadrl.train.sft_build import build_sft_data, model_context
+    from spreadrl.train.sft_data import build_sft_data, model_context
 
     env, turns, default_tasks = _recipe_settings(config, preset, max_turns)
     task_set = _task_set(tasks or default_tasks)

@@ -98,7 +98,7 @@ class PolicyTurn:
     logprobs: list[float] | None = None
     finish_reason: str = "stop"
     # the policy version (trainer steps taken) of the weights that sampled the turn;
-    # set only by asynchronous GRPO's versioned policy (spreadrl.train.async_rollouts)
+    # set only by asynchronous GRPO's versioned policy (spreadrl.train.producer)
     version: int | None = None
 
 

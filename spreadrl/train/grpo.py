@@ -8,7 +8,7 @@ token-mean, optional k3 KL, TIS) -> log, checkpoint. :func:`train_grpo` builds
 its parts in view, one builder per line: the :class:`~spreadrl.train.setup.Run`
 (process group, run folder, checkpoints), the trained side (policy, reference,
 shards, log-prob settings, optimizer, schedule, trainer state: the
-:class:`~spreadrl.train.learner.Learner`), the rollout side (tasks, prompt order,
+:class:`~spreadrl.train.update.Learner`), the rollout side (tasks, prompt order,
 rollout engine, environments, chat format, held-out set, collector) and the
 rollout source, sampled in the loop or ahead of it (asynchronous mode: built by
 :func:`open_rollout_source`); then :func:`train_steps` runs the loop over them.
@@ -34,27 +34,21 @@ from spreadrl.rollout.config import RolloutConfig
 from spreadrl.rollout.engine import RolloutEngine
 from spreadrl.rollout.harness.episodes import HarnessEpisodes
 from spreadrl.rollout.runner import EnvPoolLike, run_episodes
-from spreadrl.train.async_steps import AsyncSteps
 from spreadrl.train.checkpoint import TrainerState, resume_trainer_state
-from spreadrl.train.checks import check_grpo
+from spreadrl.train.checks import StepChecks, check_grpo
 from spreadrl.train.config import GRPOConfig
 from spreadrl.train.distributed import release_for_generation, shard_model
-from spreadrl.train.held_out import HeldOut, held_out_tasks
-from spreadrl.train.learner import Learner
+from spreadrl.train.episodes import Collector, HeldOut, held_out_tasks, to_samples
 from spreadrl.train.memory import PeakMemory
 from spreadrl.train.optimizer import build_optimizer, build_scheduler, updates_per_step
-from spreadrl.train.reference import build_reference
-from spreadrl.train.rollout_sources import SyncRollouts
-from spreadrl.train.rollouts import Collector, to_samples
 from spreadrl.train.sampler import EpochShuffle, prompt_order
 from spreadrl.train.scoring import LogprobSettings, Scorer
 from spreadrl.train.setup import Checkpointed, Run
 from spreadrl.train.signals import StopSignals
-from spreadrl.train.step_checks import StepChecks
-from spreadrl.train.step_metrics import report_step
-from spreadrl.train.step_source import StepSource
-from spreadrl.train.trained_model import build_policy
-from spreadrl.train.trajectory_log import save_crashes
+from spreadrl.train.sources import AsyncSteps, StepSource, SyncRollouts
+from spreadrl.train.step_metrics import report_step, save_crashes
+from spreadrl.train.trained_model import build_policy, build_reference
+from spreadrl.train.update import Learner
 
 log = logging.getLogger(__name__)
 

@@ -19,7 +19,7 @@ compare them within float tolerance):
   (:func:`spreadrl.train.optimizer.build_optimizer`).
 
 - :func:`use_packed_sequences`: packed micro-batches (``model.packed_sequences``,
-  :mod:`spreadrl.train.packing`): no padding inside a micro-batch, the rows
+  :mod:`spreadrl.train.batching`): no padding inside a micro-batch, the rows
   separated by position resets (a varlen flash kernel where one is installed,
   a block-diagonal mask otherwise).
 """
@@ -99,7 +99,7 @@ def use_fused_head(model: nn.Module) -> bool:
 
 
 def use_packed_sequences(model: nn.Module) -> None:
-    """Mark ``model``: its log-prob passes pack each micro-batch (:mod:`spreadrl.train.packing`)."""
+    """Mark ``model``: its log-prob passes pack each micro-batch (:mod:`spreadrl.train.batching`)."""
     setattr(model, PACKED_FLAG, True)
 
 

@@ -44,8 +44,8 @@ from torch.utils.checkpoint import checkpoint
 
 from spreadrl.rollout.kv_cache import cache_name, output_cache
 from spreadrl.rollout.sampling import process_logits
+from spreadrl.train.batching import pack
 from spreadrl.train.levers import fused_head_on, packed_on
-from spreadrl.train.packing import pack
 
 # CPU: float32 logits per chunk, 2**24 values (64 MiB); at a 151,936 vocabulary that is
 # 110 tokens, at the tiny preset's few thousand it is a whole micro-batch. Small on

@@ -31,7 +31,7 @@ from spreadrl.train.config import GRPOOptimConfig
 from spreadrl.train.distributed import gathered_params
 from spreadrl.train.logprobs import sequence_logprobs
 from spreadrl.train.memory import PeakMemory
-from spreadrl.train.reference import Reference
+from spreadrl.train.trained_model import Reference
 
 
 @dataclass(frozen=True)

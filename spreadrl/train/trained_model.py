@@ -1,19 +1,31 @@
 """The model a recipe trains: loaded (from the newest checkpoint when resuming), LoRA
 adapters added if configured, activation checkpointing and the speed levers applied,
 before FSDP2 shards it; for GRPO also the starting model its KL reference is made from.
+
+The frozen reference policy of the KL term, as one typed object.
+
+Two shapes, one interface: a frozen deep copy of the starting model, or, when
+the policy trains LoRA adapters, the policy itself with its adapters disabled
+(the base weights never change, so no second copy is needed). The loop asks
+:meth:`Reference.active` for the module to score with and never checks which.
 """
 
 from __future__ import annotations
 
+import copy
+from collections.abc import Iterator
+from contextlib import AbstractContextManager, contextmanager
+from dataclasses import dataclass
 from pathlib import Path
 
+import torch
 from torch import nn
 from transformers import PreTrainedTokenizerBase
 
 from spreadrl.models.compat import enable_activation_checkpointing, peft_wrapping
 from spreadrl.models.init import load_model_and_tokenizer
 from spreadrl.train.config import LossConfig, ModelConfig
-from spreadrl.train.distributed import decoder_layers
+from spreadrl.train.distributed import decoder_layers, gathered_params
 from spreadrl.train.levers import apply_model_levers
 from spreadrl.train.precision import Precision
 
@@ -81,3 +93,55 @@ def build_policy(
         return model, tokenizer, model
     start, _ = build_model(model_cfg, precision, device)
     return model, tokenizer, start
+
+
+@dataclass
+class Reference:
+    """The KL reference: ``model`` is a frozen copy, or the policy when ``adapter_disabled``."""
+
+    model: torch.nn.Module
+    adapter_disabled: bool = False
+
+    @property
+    def separate(self) -> bool:
+        """Whether the reference holds weights of its own (to shard, to free)."""
+        return not self.adapter_disabled
+
+    @contextmanager
+    def active(self) -> Iterator[torch.nn.Module]:
+        """The module to compute reference log-probs with (parameters gathered)."""
+        with gathered_params(self.model):
+            if self.adapter_disabled:
+                with _adapters_off(self.model):
+                    yield self.model
+            else:
+                yield self.model
+
+
+def _adapters_off(model: torch.nn.Module) -> AbstractContextManager[object]:
+    """peft's ``disable_adapter()``: the model computes its base weights' function."""
+    from peft import PeftModel  # peft is imported by the LoRA setup that built ``model``
+
+    if not isinstance(model, PeftModel):
+        raise TypeError(f"a reference with adapters disabled needs a peft model, not {model!r}")
+    return model.disable_adapter()
+
+
+def build_reference(
+    model: torch.nn.Module, loss: LossConfig, *, dtype: str = "float32"
+) -> Reference | None:
+    """The reference of ``loss.kl_coef`` (None when the KL term is off).
+
+    ``dtype``: the run's compute dtype. A frozen copy never trains, so it is kept in
+    that dtype (bf16: half the memory of the policy's float32 master weights)."""
+    if loss.kl_coef <= 0:
+        return None
+    if hasattr(model, "disable_adapter"):  # a peft model: its base is the reference
+        return Reference(model, adapter_disabled=True)
+    ref = copy.deepcopy(model)
+    if dtype != "float32":
+        ref.to(getattr(torch, dtype))
+    ref.eval()
+    for p in ref.parameters():
+        p.requires_grad_(False)
+    return Reference(ref)

@@ -442,7 +442,7 @@ def task_set():
 
 def test_grpo_rollouts_give_turn_2_the_rollouts_ids(thinking_tokenizer, two_turns):
     from spreadrl.train.config import DynamicSamplingConfig, RewardConfig
-    from spreadrl.train.rollouts import collect_rollouts
+    from spreadrl.train.episodes import collect_rollouts
     from spreadrl.train.sampler import EpochShuffle
 
     texts, reference = two_turns
@@ -469,7 +469,7 @@ def test_held_out_eval_gives_turn_2_the_rollouts_ids(thinking_tokenizer, two_tur
     from spreadrl.eval.config import EvalConfig
     from spreadrl.rollout.engines.hf import HFEngine
     from spreadrl.train.distributed import DistInfo
-    from spreadrl.train.held_out import HeldOut
+    from spreadrl.train.episodes import HeldOut
 
     texts, reference = two_turns
     policy = TurnSampler(thinking_tokenizer, texts)

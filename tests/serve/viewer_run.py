@@ -13,7 +13,7 @@ from spreadrl.rollout.config import RolloutConfig
 from spreadrl.rollout.engines.scripted import format_tool_call
 from spreadrl.rollout.runner import EpisodeJob, run_episodes
 from spreadrl.rollout.types import PolicyTurn
-from spreadrl.train.trajectory_log import save_step_trajectories
+from spreadrl.train.step_metrics import save_step_trajectories
 from tests.env.spreadsheet.gym_helpers import make_task, revenue_answer
 
 

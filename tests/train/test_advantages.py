@@ -5,7 +5,7 @@ import math
 import pytest
 import torch
 
-from spreadrl.train.advantages import group_advantages, nonconstant_groups
+from spreadrl.train.rewards import group_advantages, nonconstant_groups
 
 
 def test_group_advantages_normalise_within_groups():

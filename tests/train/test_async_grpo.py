@@ -21,10 +21,10 @@ import torch
 from safetensors.torch import load_file
 
 import spreadrl.rollout.engines.hf as hf_engine
-import spreadrl.train.async_steps as async_steps
+import spreadrl.train.episodes as rollouts
 import spreadrl.train.grpo as grpo
-import spreadrl.train.learner as learner
-import spreadrl.train.rollouts as rollouts
+import spreadrl.train.sources as async_steps
+import spreadrl.train.update as learner
 from spreadrl.data.task import TaskSet
 from spreadrl.errors import RunStopped
 from spreadrl.rollout.engines.hf import HFPolicy

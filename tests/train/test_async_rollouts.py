@@ -12,7 +12,8 @@ from spreadrl.rollout.chat import EpisodeChat
 from spreadrl.rollout.config import RolloutConfig
 from spreadrl.rollout.runner import EpisodeJob, run_episodes
 from spreadrl.rollout.types import PolicyTurn, SamplingParams, Trajectory
-from spreadrl.train.async_rollouts import (
+from spreadrl.train.batching import Sample
+from spreadrl.train.producer import (
     AsyncRollouts,
     ProducerStopped,
     VersionedPolicy,
@@ -25,7 +26,6 @@ from spreadrl.train.async_rollouts import (
     stamp_samples,
     versioned,
 )
-from spreadrl.train.batching import Sample
 from tests.rollout.fakes import FakePool, make_task
 from tests.rollout.test_streaming import ContextPolicy
 

@@ -31,8 +31,8 @@ from spreadrl.rollout.config import RolloutConfig
 from spreadrl.rollout.engines.scripted import FINAL_ANSWER, format_tool_call
 from spreadrl.rollout.types import PolicyTurn, Trajectory
 from spreadrl.train.config import DynamicSamplingConfig, GRPOConfig, RewardConfig
+from spreadrl.train.episodes import collect_rollouts, to_samples
 from spreadrl.train.grpo import train_grpo
-from spreadrl.train.rollouts import collect_rollouts, to_samples
 from spreadrl.train.sampler import EpochShuffle
 from spreadrl.train.step_metrics import LINE_WIDTH
 from tests.rollout.fakes import SCHEMAS, make_task

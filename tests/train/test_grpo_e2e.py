@@ -9,7 +9,7 @@ from spreadrl.config import load_config
 from spreadrl.data.task import TaskSet
 from spreadrl.train.config import GRPOConfig
 from spreadrl.train.grpo import train_grpo
-from spreadrl.train.run_identity import claim_training_folder
+from spreadrl.train.setup import claim_training_folder
 from tests.rollout.fakes import FakePool, make_task
 
 

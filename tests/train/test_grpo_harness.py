@@ -19,8 +19,8 @@ from spreadrl.rollout.config import RolloutConfig
 from spreadrl.rollout.harness.episodes import HarnessEpisodes
 from spreadrl.rollout.harness.program import HarnessProgram
 from spreadrl.rollout.runner import EpisodeJob, RunValues, run_episodes
-from spreadrl.train.advantages import group_advantages
-from spreadrl.train.rollouts import to_samples
+from spreadrl.train.episodes import to_samples
+from spreadrl.train.rewards import group_advantages
 from spreadrl.train.update import policy_update
 from tests.rollout.fakes import FakePool
 from tests.rollout.harness.scripted import ScriptedTokenPolicy

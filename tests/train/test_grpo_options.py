@@ -25,7 +25,7 @@ from spreadrl.config import load_config
 from spreadrl.data.task import TaskSet
 from spreadrl.env.types import EpisodeResult
 from spreadrl.models.init import load_model_and_tokenizer
-from spreadrl.train import learner as learner_module
+from spreadrl.train import update as learner_module
 from spreadrl.train.config import GRPOConfig
 from spreadrl.train.grpo import train_grpo
 from spreadrl.train.scoring import compute_logprobs

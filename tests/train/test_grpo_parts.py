@@ -3,7 +3,7 @@ import json
 import torch
 
 from spreadrl.rollout.types import Trajectory
-from spreadrl.train.rollouts import to_samples
+from spreadrl.train.episodes import to_samples
 from spreadrl.train.sampler import EpochShuffle, torch_permutation
 
 
@@ -91,7 +91,7 @@ def test_the_hf_rollout_policy_samples_the_module_being_trained(tiny_model):
     from spreadrl.config import load_config
     from spreadrl.train.config import GRPOConfig
     from spreadrl.train.distributed import DistInfo
-    from spreadrl.train.rollout_backend import training_engine
+    from spreadrl.train.episodes import training_engine
 
     model, tok = tiny_model
     cfg = load_config(GRPOConfig, None, ["rollout.group_size=3", "rollout.prompts_per_step=5"])

@@ -143,7 +143,7 @@ def test_vllm_backend_under_torchrun_builds_one_engine_per_rank(monkeypatch, tin
     from spreadrl.config import load_config
     from spreadrl.train.config import GRPOConfig
     from spreadrl.train.distributed import DistInfo
-    from spreadrl.train.rollout_backend import training_engine
+    from spreadrl.train.episodes import training_engine
 
     fake_vllm.install(monkeypatch)
     monkeypatch.setattr(vllm_policy, "require_vllm_gpu", vllm_policy.import_vllm)

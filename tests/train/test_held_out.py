@@ -10,9 +10,10 @@ import pytest
 from spreadrl.config import load_config
 from spreadrl.data.task import TaskSet
 from spreadrl.errors import ConfigError
+from spreadrl.train import episodes
 from spreadrl.train.config import GRPOConfig
+from spreadrl.train.episodes import eval_due, held_out_jobs
 from spreadrl.train.grpo import train_grpo
-from spreadrl.train.held_out import eval_due, held_out_jobs
 from tests.rollout.fakes import FakePool, make_task
 
 
@@ -70,7 +71,6 @@ def test_the_held_out_eval_samples_at_eval_temperature(monkeypatch):
     import contextlib
     from types import SimpleNamespace
 
-    from spreadrl.train import held_out
     from spreadrl.train.distributed import DistInfo
 
     seen = []
@@ -79,12 +79,12 @@ def test_the_held_out_eval_samples_at_eval_temperature(monkeypatch):
         seen.append(cfg.temperature)
         return SimpleNamespace(trajectories=[])
 
-    monkeypatch.setattr(held_out, "run_episodes", fake_run)
-    monkeypatch.setattr(held_out, "generating", lambda *a: contextlib.nullcontext())
+    monkeypatch.setattr(episodes, "run_episodes", fake_run)
+    monkeypatch.setattr(episodes, "generating", lambda *a: contextlib.nullcontext())
     tasks = TaskSet(Path("."), [make_task()])
     for overrides, expected in ((["eval.temperature=0"], 0.0), ([], 0.6)):
         cfg = load_config(GRPOConfig, None, ["rollout.temperature=0.6", *overrides])
-        run = held_out.HeldOut(
+        run = episodes.HeldOut(
             tasks, FakePool(), None, cfg.eval, cfg.rollout, 1, 0, 64, "float32", None, DistInfo()
         )
         run.run(tasks, 1, SimpleNamespace(policy=None))

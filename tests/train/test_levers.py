@@ -191,8 +191,8 @@ def test_the_settings_apply_the_levers_to_a_built_model(monkeypatch):
 
 
 def test_packed_micro_batches_give_the_padded_log_probs_and_gradients():
+    from spreadrl.train.batching import pack
     from spreadrl.train.levers import packed_on, use_packed_sequences
-    from spreadrl.train.packing import pack
 
     batch = _batch()
     ids, positions, trained = pack(batch["input_ids"], batch["attention_mask"], batch["loss_mask"])

@@ -10,8 +10,8 @@ import torch
 from spreadrl.config import load_config
 from spreadrl.train.batching import Sample
 from spreadrl.train.config import GRPOConfig
-from spreadrl.train.reference import build_reference
 from spreadrl.train.scoring import LogprobSettings, compute_logprobs
+from spreadrl.train.trained_model import build_reference
 
 
 def _logprobs(model, samples, cfg):

@@ -10,7 +10,7 @@ from spreadrl.errors import SpreadrlError
 from spreadrl.models.init import load_model_and_tokenizer
 from spreadrl.rollout.engines.scripted import format_tool_call
 from spreadrl.train.config import SFTConfig
-from spreadrl.train.run_identity import claim_training_folder
+from spreadrl.train.setup import claim_training_folder
 from spreadrl.train.sft import train_sft
 from spreadrl.train.sft_data import encode_conversation, load_sft_dataset
 from tests.rollout.fakes import SCHEMAS

@@ -31,9 +31,9 @@ def _trajectory(key: str, crashed: bool):
 def _worker(rank: int, world: int, port: int, out: str) -> None:
     join_group(rank, world, port)
     from spreadrl.errors import RunHalted
+    from spreadrl.train.checks import StepChecks
     from spreadrl.train.config import DynamicSamplingConfig
     from spreadrl.train.distributed import all_reduce_sums, init_distributed
-    from spreadrl.train.step_checks import StepChecks
 
     init_distributed("cpu", timeout_s=60)
     sums = all_reduce_sums([rank + 1, 10 * rank, 0.5])

@@ -8,7 +8,7 @@ import pytest
 from spreadrl.data.task import TaskSet
 from spreadrl.rollout.types import Trajectory
 from spreadrl.train.grpo import train_grpo
-from spreadrl.train.trajectory_log import pick_spread, save_step_trajectories
+from spreadrl.train.step_metrics import pick_spread, save_step_trajectories
 from tests.rollout.fakes import FakePool, make_task
 from tests.train.test_grpo_e2e import _cfg
 

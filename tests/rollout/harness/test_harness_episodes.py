@@ -118,7 +118,7 @@ def test_a_rerendered_history_breaks_into_samples_that_share_the_advantage(tmp_p
     """A harness that edits the reply it sends back: each call starts a sample, counted."""
     import torch
 
-    from spreadrl.train.rollouts import to_samples
+    from spreadrl.train.episodes import to_samples
 
     task = workbook_task(tmp_path)
     jobs = [EpisodeJob(task, 1, s) for s in range(2)]

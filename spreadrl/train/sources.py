@@ -1,5 +1,21 @@
-"""Asynchronous GRPO inside the recipe: the producer, the weight hand-over, what a step
-logs. The producer itself is :mod:`spreadrl.train.async_rollouts`.
+"""The contract between the GRPO recipe's loop and where its rollouts come from.
+
+:func:`spreadrl.train.grpo.train_steps` asks a :class:`StepSource` for each step's
+:class:`StepRollouts` and tells it when the update begins and ends; the synchronous
+source (:class:`spreadrl.train.sources.SyncRollouts`) and the asynchronous
+one (:class:`spreadrl.train.sources.AsyncSteps`) differ only behind these calls.
+
+The synchronous rollout source: each step sampled in the loop, with the current weights.
+
+:class:`SyncRollouts` samples each step in the loop while the trainer waits; the
+asynchronous source (:class:`spreadrl.train.sources.AsyncSteps`,
+``rollout.max_staleness`` > 0) samples the next steps in a producer thread during
+the update. The recipe (:func:`spreadrl.train.grpo.open_rollout_source`) builds
+one or the other from the same parts (the prompt order, the rollout engine, the
+held-out set), so its loop is one loop for both.
+
+Asynchronous GRPO inside the recipe: the producer, the weight hand-over, what a step
+logs. The producer itself is :mod:`spreadrl.train.producer`.
 
 The rollout engine says how the producer samples and how the trainer's weights
 reach it (:meth:`spreadrl.rollout.engine.RolloutEngine.producer`):
@@ -20,15 +36,24 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Protocol
 
 import torch
+from torch import nn
+from torch.optim import Optimizer
 from transformers import PreTrainedTokenizerBase
 
 from spreadrl.rollout.config import RolloutConfig
 from spreadrl.rollout.engine import RolloutEngine
 from spreadrl.rollout.policy import Policy
 from spreadrl.rollout.types import Trajectory
-from spreadrl.train.async_rollouts import (
+from spreadrl.train.batching import Sample
+from spreadrl.train.distributed import release_for_generation
+from spreadrl.train.episodes import HeldOut, StepRollouts, generating
+from spreadrl.train.logprobs import compute_context
+from spreadrl.train.memory import PeakMemory
+from spreadrl.train.producer import (
     AsyncRollouts,
     behaviour_weight_metrics,
     finish_versions,
@@ -36,14 +61,90 @@ from spreadrl.train.async_rollouts import (
     stamp_samples,
     versioned,
 )
-from spreadrl.train.batching import Sample
-from spreadrl.train.held_out import HeldOut
-from spreadrl.train.logprobs import compute_context
-from spreadrl.train.step_source import StepRollouts
+from spreadrl.train.sampler import EpochShuffle
+
+
+class StepSource(Protocol):
+    """Where a GRPO step's rollouts come from: sampled in the loop
+    (:class:`spreadrl.train.sources.SyncRollouts`), or by a producer running
+    ahead of the trainer (:class:`spreadrl.train.sources.AsyncSteps`).
+
+    The recipe's loop is the same for both; what differs lives behind these calls."""
+
+    def next(self, step: int) -> tuple[StepRollouts, dict[str, object]]:
+        """Step ``step``'s rollouts, and the prompt sampler's state after its draws."""
+        ...
+
+    def bookkeeping(
+        self, step: int, trajs: list[Trajectory], samples: list[Sample]
+    ) -> dict[str, float]:
+        """What the source records of the samples about to be trained, as metrics."""
+        ...
+
+    def updated(self, step: int, model: nn.Module, start: float) -> dict[str, float]:
+        """The update of ``step`` (begun at ``start``, perf_counter) is done: its metrics."""
+        ...
+
+    def held_out(self, step: int) -> dict[str, float]:
+        """The held-out eval's ``eval/*`` metrics when one is due after ``step``, else none."""
+        ...
+
+    def stop(self) -> None:
+        """Stop sampling ahead (idempotent); rollouts in flight are discarded."""
+        ...
+
+    def close(self) -> None:
+        """Stop, and release what the source owns (the asynchronous producer's thread); the
+        environment pool is the recipe's, which closes it."""
+        ...
+
+
+@dataclass
+class SyncRollouts:
+    """The rollout source of the synchronous loop (a :class:`~spreadrl.train.sources.StepSource`):
+    each step samples with the current weights, the trainer waiting.
+
+    Before a rollout phase the update's memory is handed back (gradients freed,
+    shards only, the allocator's cache emptied), then the engine wakes
+    (:func:`generating`)."""
+
+    collect: Callable[[Policy, int], StepRollouts]
+    sampler: EpochShuffle[tuple[str, int]]
+    engine: RolloutEngine
+    evaluation: HeldOut
+    model: nn.Module
+    optimizer: Optimizer
+    memory: PeakMemory
+    device: str
+    compute_dtype: str
+
+    def next(self, step: int) -> tuple[StepRollouts, dict[str, object]]:
+        release_for_generation(self.model, self.optimizer, self.device)
+        self.memory.reset()
+        with generating(self.model, self.engine, self.compute_dtype):
+            rollouts = self.collect(self.engine.policy, step)
+        return rollouts, self.sampler.state()
+
+    def bookkeeping(
+        self, step: int, trajs: list[Trajectory], samples: list[Sample]
+    ) -> dict[str, float]:
+        return {}  # every sample is on-policy: nothing to record
+
+    def updated(self, step: int, model: nn.Module, start: float) -> dict[str, float]:
+        return {}  # the next step samples with the updated weights in any case
+
+    def held_out(self, step: int) -> dict[str, float]:
+        return self.evaluation.run_if_due(step, self.engine)
+
+    def stop(self) -> None:
+        pass  # nothing runs ahead
+
+    def close(self) -> None:
+        pass  # owns nothing: the recipe closes the environments it opened
 
 
 class AsyncSteps:
-    """The rollout source of asynchronous mode (a :class:`~spreadrl.train.step_source.StepSource`):
+    """The rollout source of asynchronous mode (a :class:`~spreadrl.train.sources.StepSource`):
     the producer, the weight hand-over and the step's bookkeeping."""
 
     def __init__(
