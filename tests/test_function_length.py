@@ -1,4 +1,4 @@
-"""No function over 80 lines in train/, rollout/, env/, eval/ and cli/ (issue 33 item 8).
+"""No function over 80 lines in the packages of ``CHECKED`` (issue 33 item 8).
 
 A function that long does several things; the developers' guide asks for short
 ones. Counted from the ``def`` line to the last line of the body (docstring and
@@ -16,7 +16,7 @@ import ast
 from pathlib import Path
 
 PACKAGE = Path(__file__).resolve().parents[1] / "spreadrl"
-CHECKED = ("train", "rollout", "env", "eval", "cli")
+CHECKED = ("train", "rollout", "env", "eval", "cli", "models", "plan.py")
 LIMIT = 80
 
 KNOWN_LONG: dict[str, str] = {}  # function: why it is not split yet (none today)
@@ -26,7 +26,8 @@ def long_functions(root: Path, packages: tuple[str, ...], limit: int) -> dict[st
     """``{"package/file.py:Qualified.name": lines}`` of every function over ``limit`` lines."""
     found = {}
     for package in packages:
-        for path in sorted((root / package).rglob("*.py")):
+        where = root / package
+        for path in [where] if where.is_file() else sorted(where.rglob("*.py")):
             tree = ast.parse(path.read_text(encoding="utf-8"))
             for name, node in _functions(tree.body, ""):
                 lines = (node.end_lineno or node.lineno) - node.lineno + 1

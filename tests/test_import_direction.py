@@ -43,6 +43,9 @@ LAYERS: dict[str, int] = {
     "integrations": 4,
     "train": 5,
     "cli": 6,
+    # the memory and time plan of a recipe (spreadrl plan): reads train's settings and
+    # passes and the engine registry; only cli and bench read it
+    "plan": 6,
     "bench": 6,
     "demo": 6,
     "__main__": 7,
@@ -54,7 +57,7 @@ LAYER_NAMES = {
     3: "rollout",
     4: "eval/serve/integrations",
     5: "train",
-    6: "cli/bench/demo",
+    6: "cli/bench/demo/plan",
     7: "__main__",
 }
 

@@ -133,7 +133,7 @@ def build_model(root: Path, shape: Shape) -> dict[str, Any]:
 
 def planned_peaks(cfg: GRPOConfig, shape: Shape, gpus: int) -> dict[str, float]:
     """``spreadrl plan``'s rollout and update peaks (device and allocated) for the leg."""
-    from spreadrl.train.plan import Hardware, model_shape, plan_memory
+    from spreadrl.plan import Hardware, model_shape, plan_memory
 
     cuda = shape.device.startswith("cuda")
     memory = torch.cuda.get_device_properties(0).total_memory / GIB if cuda else 64.0

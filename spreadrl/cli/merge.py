@@ -10,7 +10,7 @@ from spreadrl.cli.console import plain
 from spreadrl.errors import ConfigError
 
 DTYPES = ("auto", "float32", "bfloat16", "float16")
-"""``--dtype``'s choices (as :mod:`spreadrl.train.merge` takes them)."""
+"""``--dtype``'s choices (as :mod:`spreadrl.models.export` takes them)."""
 
 
 def merge(
@@ -68,7 +68,7 @@ def merge(
         flag = "--adapter" if adapter is not None else "--checkpoint"
         raise ConfigError(f"{flag} {source}: no such folder")
     from spreadrl.cli.console import cli_console
-    from spreadrl.train.merge import adapter_base, export_checkpoint, merge_lora
+    from spreadrl.models.export import adapter_base, export_checkpoint, merge_lora
 
     console = cli_console()
     if adapter is not None:

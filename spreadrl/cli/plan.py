@@ -13,8 +13,8 @@ from spreadrl.errors import ConfigError
 if TYPE_CHECKING:
     from rich.table import Table
 
+    from spreadrl.plan import Plan
     from spreadrl.train.config import GRPOConfig
-    from spreadrl.train.plan import Plan
 
 
 def plan(
@@ -54,7 +54,7 @@ def plan(
     check_recipe_kind("grpo", recipe)  # plans GRPO recipes; an SFT one is named as such
     cfg = load_config(GRPOConfig, recipe, overrides or [])  # checked before torch loads
     from spreadrl.cli.console import cli_console
-    from spreadrl.train.plan import Hardware, plan_recipe
+    from spreadrl.plan import Hardware, plan_recipe
 
     result = plan_recipe(cfg, Hardware(gpus, gpu_memory, mfu=mfu), shape_name=shape)
     if not result.fits and all(gib <= gpu_memory for gib in result.phases.values()):
@@ -96,7 +96,7 @@ def _plan_table(title: str, cfg: GRPOConfig, result: Plan, shape: str | None) ->
     for row in result.engine_lines:  # the rollout engine's own figures (vLLM: KV tokens)
         table.add_row(*row)
     if cfg.model.gradient_checkpointing:
-        from spreadrl.train.plan import (
+        from spreadrl.plan import (
             largest_checkpoint_every,
             load_model_config,
             model_shape,

@@ -126,7 +126,7 @@ class EngineMemory:
 
 
 class PlanView(Protocol):
-    """What an engine reads of a finished plan (:class:`spreadrl.train.plan.Plan`)."""
+    """What an engine reads of a finished plan (:class:`spreadrl.plan.Plan`)."""
 
     phases: dict[str, float]
     kv_tokens: int

@@ -25,8 +25,8 @@ def test_bench_shapes_are_valid_seed_000_recipes(shape, tmp_path):
 def test_the_plan_judges_the_full_shape_too_big_for_an_h100_and_the_quick_one_fitting(tmp_path):
     """FULL needed 80.0 GiB on the device on 2026-11-26; QUICK must fit a short H100 lease."""
     from spreadrl.config import load_config
+    from spreadrl.plan import Hardware, model_shape, plan_memory, preset_config
     from spreadrl.train.config import GRPOConfig
-    from spreadrl.train.plan import Hardware, model_shape, plan_memory, preset_config
 
     shape = model_shape(preset_config(FULL.preset))
     full = load_config(GRPOConfig, RECIPE, grpo_overrides(FULL, "m", tmp_path))

@@ -24,19 +24,19 @@ from typer.testing import CliRunner
 from spreadrl.cli.main import app
 from spreadrl.config import load_config
 from spreadrl.data.task import TaskSet
-from spreadrl.rollout import engines
-from spreadrl.rollout.engine import EngineMemory, WeightFeed
-from spreadrl.rollout.engines.hf import HFPolicy, snapshot_weights, weight_loader
-from spreadrl.rollout.engines.scripted import OraclePolicy
-from spreadrl.train.config import GRPOConfig
-from spreadrl.train.grpo import train_grpo
-from spreadrl.train.plan import (
+from spreadrl.plan import (
     ALLOCATOR_RESERVE,
     CUDA_CONTEXT_GIB,
     GIB,
     Hardware,
     plan_recipe,
 )
+from spreadrl.rollout import engines
+from spreadrl.rollout.engine import EngineMemory, WeightFeed
+from spreadrl.rollout.engines.hf import HFPolicy, snapshot_weights, weight_loader
+from spreadrl.rollout.engines.scripted import OraclePolicy
+from spreadrl.train.config import GRPOConfig
+from spreadrl.train.grpo import train_grpo
 from tests.rollout.fakes import FakePool, make_task
 from tests.train.test_grpo_e2e import _cfg, _metrics
 from tests.train.test_grpo_options import ScriptedRewardPool

@@ -11,10 +11,10 @@ from pathlib import Path
 import pytest
 
 from spreadrl.config import load_config
+from spreadrl.plan import Hardware, ModelShape, model_shape, plan_memory, preset_config
 from spreadrl.train.config import GRPOConfig
-from spreadrl.train.plan import Hardware, ModelShape, model_shape, plan_memory, preset_config
 
-CONFIGS = Path(__file__).resolve().parents[2] / "configs"
+CONFIGS = Path(__file__).resolve().parents[1] / "configs"
 
 # Three small Qwen3 updates on CPU (float32, one micro-batch, AdamW state already
 # allocated, gradients freed): the peak RSS added by forward + backward, against the
@@ -28,7 +28,7 @@ from spreadrl.config import load_config
 from spreadrl.train.batching import Sample
 from spreadrl.train.config import GRPOConfig
 from spreadrl.train.memory import PeakMemory
-from spreadrl.train.plan import GIB, Hardware, model_shape, plan_memory
+from spreadrl.plan import GIB, Hardware, model_shape, plan_memory
 from spreadrl.models.compat import enable_activation_checkpointing
 from spreadrl.train.sft import sft_loss_step
 
@@ -198,7 +198,7 @@ def test_the_engines_kv_capacity_is_read_and_reported():
 def test_the_model_config_comes_from_a_local_folder_or_a_named_error(tiny_model_dir):
     from spreadrl.errors import ConfigError
     from spreadrl.models.init import count_parameters
-    from spreadrl.train.plan import load_model_config, plan_recipe
+    from spreadrl.plan import load_model_config, plan_recipe
 
     cfg = load_config(GRPOConfig, None, [f"model.name_or_path={tiny_model_dir}"])
     plan = plan_recipe(cfg, Hardware(device="cpu"))
@@ -326,7 +326,7 @@ def test_cpu_offload_needs_the_fsdp2_path():
 def test_selective_checkpointing_costs_activation_memory_and_the_plan_says_how_far_it_fits():
     from dataclasses import replace
 
-    from spreadrl.train.plan import largest_checkpoint_every
+    from spreadrl.plan import largest_checkpoint_every
 
     cfg = load_config(
         GRPOConfig,

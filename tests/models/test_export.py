@@ -1,4 +1,4 @@
-"""spreadrl.train.merge and `spreadrl merge`: LoRA merges, checkpoint export, DCP round trip.
+"""spreadrl.models.export and `spreadrl merge`: LoRA merges, checkpoint export, DCP round trip.
 
 Exactness: the merged model's logits equal the unmerged peft model's within
 atol 1e-5 in float32 (observed differences are ~1e-7, float rounding of
@@ -24,8 +24,8 @@ from typer.testing import CliRunner
 
 from spreadrl.cli.main import app
 from spreadrl.errors import ConfigError, SpreadrlError
+from spreadrl.models.export import export_checkpoint, merge_lora
 from spreadrl.train.checkpoint import save_checkpoint
-from spreadrl.train.merge import export_checkpoint, merge_lora
 
 ATOL = 1e-5
 INPUT_IDS = torch.tensor([[1, 5, 9, 42, 7, 100, 3, 250, 17, 64]])
