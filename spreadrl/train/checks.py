@@ -28,22 +28,46 @@ import torch
 
 from spreadrl.errors import ConfigError, RunHalted
 from spreadrl.rollout.config import RolloutConfig
-from spreadrl.rollout.engine import RolloutEngine
+from spreadrl.rollout.engine import RolloutEngine, TrainingSetup, engine_class
 from spreadrl.rollout.types import Trajectory
-from spreadrl.train.config import DynamicSamplingConfig, GRPOConfig
+from spreadrl.train.config import DataConfig, DynamicSamplingConfig, ModelConfig
 from spreadrl.train.distributed import DistInfo, all_reduce_sums
-from spreadrl.train.episodes import training_engine
 
 
-def check_grpo(cfg: GRPOConfig, info: DistInfo) -> RolloutEngine:
+def check_grpo(
+    rollout: RolloutConfig, model: ModelConfig, data: DataConfig, info: DistInfo, *, seed: int
+) -> RolloutEngine:
     """Every start-up refusal of a GRPO run, in the order a user would fix them; the last
     is the rollout engine's, which returns it set up for the run."""
-    check_world_size(cfg.rollout, info)
-    if cfg.rollout.max_staleness:
-        check_async(cfg.rollout, info)
+    check_world_size(rollout, info)
+    if rollout.max_staleness:
+        check_async(rollout, info)
     return training_engine(
-        cfg.rollout, cfg.model, info, max_prompt_tokens=cfg.data.max_prompt_tokens, seed=cfg.seed
+        rollout, model, info, max_prompt_tokens=data.max_prompt_tokens, seed=seed
     )
+
+
+def training_engine(
+    rollout: RolloutConfig,
+    model_cfg: ModelConfig,
+    info: DistInfo,
+    *,
+    max_prompt_tokens: int,
+    seed: int,
+) -> RolloutEngine:
+    """The engine ``rollout.backend`` names (:mod:`spreadrl.rollout.engine`), set up for this
+    run: it refuses a setup that cannot run here, in one line, before any model is loaded."""
+    setup = TrainingSetup(
+        rollout=rollout,
+        model_path=model_cfg.name_or_path,
+        model_dtype=model_cfg.dtype,
+        max_prompt_tokens=max_prompt_tokens,
+        seed=seed,
+        rank=info.rank,
+        local_rank=info.local_rank if info.enabled else None,
+        asynchronous=bool(rollout.max_staleness),
+    )
+    return engine_class(rollout.backend).for_training(setup)
 
 
 def check_world_size(rollout: RolloutConfig, info: DistInfo) -> None:

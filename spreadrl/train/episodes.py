@@ -33,20 +33,25 @@ dtype.
 from __future__ import annotations
 
 import contextlib
+import logging
 import time
 from collections.abc import Iterator
+from contextlib import AbstractContextManager, ExitStack
 from dataclasses import dataclass, field
-from typing import NamedTuple
 
 import torch
 from torch import nn
+from transformers import PreTrainedTokenizerBase
 
 from spreadrl.data.sources import resolve_tasks
 from spreadrl.data.task import TaskSet
+from spreadrl.env.config import EnvConfig
+from spreadrl.env.factory import make_env_pool
 from spreadrl.eval.config import EvalConfig, eval_rollout
 from spreadrl.rollout.chat import EpisodeChat
 from spreadrl.rollout.config import RolloutConfig
-from spreadrl.rollout.engine import RolloutEngine, TrainingSetup, engine_class
+from spreadrl.rollout.engine import RolloutEngine
+from spreadrl.rollout.harness.episodes import HarnessEpisodes
 from spreadrl.rollout.policy import Policy
 from spreadrl.rollout.runner import (
     EnvPoolLike,
@@ -56,22 +61,15 @@ from spreadrl.rollout.runner import (
 )
 from spreadrl.rollout.types import EndReason, RunValues, Trajectory
 from spreadrl.train.batching import Sample
-from spreadrl.train.config import DynamicSamplingConfig, ModelConfig, RewardConfig
+from spreadrl.train.config import DataConfig, DynamicSamplingConfig, RewardConfig
 from spreadrl.train.distributed import DistInfo, all_reduce, gathered_params, rank_slice
 from spreadrl.train.logprobs import compute_context
 from spreadrl.train.rewards import group_advantages, nonconstant_groups, shape_reward
-from spreadrl.train.sampler import EpochShuffle
+from spreadrl.train.sampler import EpochShuffle, prompt_order
+from spreadrl.train.setup import Run
+from spreadrl.train.sources import StepRollouts
 
-
-class StepRollouts(NamedTuple):
-    """One step's episodes, their advantages [groups, G], the kept groups, the reward
-    terms, and the rollout's metrics (phase times, refill rounds)."""
-
-    trajectories: list[Trajectory]
-    advantages: torch.Tensor
-    keep: torch.Tensor  # bool [groups]
-    reward_terms: list[dict[str, float]]  # each episode's reward by term
-    metrics: dict[str, float]
+log = logging.getLogger(__name__)
 
 
 def score_groups(
@@ -160,42 +158,6 @@ def collect_rollouts(
     return StepRollouts(trajs, advantages, keep, terms, metrics)
 
 
-@dataclass(frozen=True)
-class Collector:
-    """:func:`collect_rollouts` bound to a run's prompts, environments and sections: what a
-    rollout source calls once per step (in the producer's thread in asynchronous mode)."""
-
-    pool: EnvPoolLike
-    chat: EpisodeChat  # built once per run: every step's episode sets share it
-    tasks: TaskSet
-    sampler: EpochShuffle[tuple[str, int]]
-    rollout: RolloutConfig
-    sampling: DynamicSamplingConfig
-    reward: RewardConfig
-    max_prompt_tokens: int
-    seed: int
-    info: DistInfo
-    # the episode runner: the built-in loop, or a harness's (spreadrl.rollout.harness)
-    episodes: EpisodeRunner = field(default=run_episodes)
-
-    def __call__(self, policy: Policy, step: int) -> StepRollouts:
-        """Step ``step``'s rollouts by ``policy`` (its episodes seeded from ``seed + step``)."""
-        return collect_rollouts(
-            policy,
-            self.pool,
-            self.chat,
-            self.tasks,
-            self.sampler,
-            self.rollout,
-            self.sampling,
-            self.reward,
-            max_prompt_tokens=self.max_prompt_tokens,
-            seed=self.seed + step,
-            info=self.info,
-            episodes=self.episodes,
-        )
-
-
 def crashed_groups(trajs: list[Trajectory], group_size: int) -> torch.Tensor:
     """bool [groups]: the groups holding a crashed episode (never trained on)."""
     crashed = torch.tensor([t.crashed for t in trajs], dtype=torch.bool)
@@ -278,43 +240,154 @@ def held_out_jobs(tasks: TaskSet, evaluation: EvalConfig) -> list[EpisodeJob]:
     ]
 
 
-@dataclass(frozen=True)
-class HeldOut:
-    """A run's held-out set and what its eval runs with (``tasks`` None: no held-out eval).
+@contextlib.contextmanager
+def generating(model: nn.Module, engine: RolloutEngine, compute_dtype: str) -> Iterator[None]:
+    """Where a rollout phase runs: the engine awake with the current weights, or the
+    trainer's model gathered and in its compute dtype.
 
-    Episodes run through the rollouts' pool, chat format, ``rollout`` budgets and
-    prompt budget (``max_prompt_tokens``), with the trainer's ``model`` in its
-    ``compute_dtype`` when it samples itself; ``steps`` is the run's last step,
-    after which an eval always runs."""
+    An engine that samples with the trainer's model needs it gathered (ranks run
+    different numbers of forwards); a colocated engine has its own copy, so nothing
+    is gathered, and it sleeps again afterwards to give the GPU back to the update.
+    """
+    engine.sync(model)
+    own = not engine.colocated
+    with (
+        gathered_params(model, enabled=own),
+        compute_context(model, compute_dtype if own else "float32"),
+    ):
+        yield
+    engine.sleep()
 
-    tasks: TaskSet | None
+
+@dataclass
+class EpisodeSide:
+    """What a GRPO run samples from and how: its tasks and prompt order, the rollout engine,
+    the environments, the chat format, a step's rollouts (:meth:`collect`) and the held-out
+    evaluation (:meth:`held_out`).
+
+    The sections are those it reads: ``rollout`` (group size, prompts, budgets),
+    ``sampling`` (dynamic sampling), ``reward`` (shaping), ``evaluation`` (the held-out
+    set's cadence and sampling; ``eval_tasks`` None: no held-out eval). ``steps`` is the
+    run's last step, after which an eval always runs; ``runner`` runs a set of episodes:
+    the built-in loop, or a harness's (:mod:`spreadrl.rollout.harness`)."""
+
+    tasks: TaskSet
+    sampler: EpochShuffle[tuple[str, int]]
+    engine: RolloutEngine
     pool: EnvPoolLike
-    chat: EpisodeChat
-    evaluation: EvalConfig
+    chat: EpisodeChat  # built once per run: every step's episode sets share it
     rollout: RolloutConfig
+    sampling: DynamicSamplingConfig
+    reward: RewardConfig
+    evaluation: EvalConfig
+    eval_tasks: TaskSet | None
     steps: int
     seed: int
     max_prompt_tokens: int
-    compute_dtype: str
-    model: nn.Module
     info: DistInfo
+    runner: EpisodeRunner = field(default=run_episodes)
 
-    def run_if_due(self, step: int, engine: RolloutEngine) -> dict[str, float]:
-        """:meth:`run` with ``engine`` after ``step`` when one is due, else nothing."""
-        if self.tasks is None or not eval_due(self.evaluation, step, self.steps):
+    @classmethod
+    def build(
+        cls,
+        engine: RolloutEngine,
+        model: nn.Module,
+        tokenizer: PreTrainedTokenizerBase,
+        owned: ExitStack,
+        *,
+        data: DataConfig,
+        env: EnvConfig,
+        rollout: RolloutConfig,
+        sampling: DynamicSamplingConfig,
+        reward: RewardConfig,
+        evaluation: EvalConfig,
+        steps: int,
+        seed: int,
+        run: Run,
+        sampler_state: dict[str, object] | None,
+        pool: EnvPoolLike | None,
+        tasks: TaskSet | None,
+        eval_tasks: TaskSet | None,
+    ) -> EpisodeSide:
+        """Built in order: the held-out tasks, the tasks, the prompt order (from
+        ``sampler_state`` when resuming), the engine started around ``model``, the
+        environments (a pool built here is ``owned``), the chat format."""
+        eval_tasks = held_out_tasks(evaluation, given=eval_tasks)
+        tasks = tasks if tasks is not None else resolve_tasks(data.train_tasks)
+        sampler = prompt_order(tasks.episode_keys(), seed=seed, state=sampler_state)
+        for line in engine.start(model, tokenizer):  # its policy, built around the model
+            log.info(line)  # e.g. the engine's KV-cache capacity
+            if run.info.is_main:
+                run.reporter.line(line)
+        if pool is None:
+            pool = owned.enter_context(make_env_pool(env, workers=rollout.concurrency))
+        return cls(
+            tasks=tasks,
+            sampler=sampler,
+            engine=engine,
+            pool=pool,
+            chat=EpisodeChat.of(tokenizer),  # the format read off the chat template once
+            rollout=rollout,
+            sampling=sampling,
+            reward=reward,
+            evaluation=evaluation,
+            eval_tasks=eval_tasks,
+            steps=steps,
+            seed=seed,
+            max_prompt_tokens=data.max_prompt_tokens,
+            info=run.info,
+            runner=HarnessEpisodes.of(rollout.harness, env) if rollout.harness else run_episodes,
+        )
+
+    def collect(self, policy: Policy, step: int) -> StepRollouts:
+        """Step ``step``'s rollouts by ``policy`` (its episodes seeded from ``seed + step``);
+        a source calls it once per step (in the producer's thread in asynchronous mode)."""
+        return collect_rollouts(
+            policy,
+            self.pool,
+            self.chat,
+            self.tasks,
+            self.sampler,
+            self.rollout,
+            self.sampling,
+            self.reward,
+            max_prompt_tokens=self.max_prompt_tokens,
+            seed=self.seed + step,
+            info=self.info,
+            episodes=self.runner,
+        )
+
+    def generating(self, model: nn.Module, compute_dtype: str) -> AbstractContextManager[None]:
+        """A rollout phase of the engine with ``model``'s weights (:func:`generating`)."""
+        return generating(model, self.engine, compute_dtype)
+
+    def held_out(
+        self, step: int, engine: RolloutEngine, model: nn.Module, compute_dtype: str
+    ) -> dict[str, float]:
+        """:meth:`run_held_out` with ``engine`` after ``step`` when one is due, else nothing."""
+        if self.eval_tasks is None or not eval_due(self.evaluation, step, self.steps):
             return {}
-        return self.run(self.tasks, step, engine)
+        return self.run_held_out(self.eval_tasks, step, engine, model, compute_dtype)
 
-    def run(self, tasks: TaskSet, step: int, engine: RolloutEngine) -> dict[str, float]:
-        """Run the held-out episodes with the current weights; return ``eval/*`` metrics.
+    def run_held_out(
+        self,
+        tasks: TaskSet,
+        step: int,
+        engine: RolloutEngine,
+        model: nn.Module,
+        compute_dtype: str,
+    ) -> dict[str, float]:
+        """Run the held-out episodes with ``model``'s current weights (in ``compute_dtype``
+        when the engine samples with it); return ``eval/*`` metrics.
 
-        Under data parallelism each rank runs its share and the sums are reduced, so
-        every rank returns the same figures."""
+        Episodes run through the rollouts' pool, chat format, ``rollout`` budgets and
+        prompt budget. Under data parallelism each rank runs its share and the sums are
+        reduced, so every rank returns the same figures."""
         start = time.perf_counter()
         jobs = rank_slice(held_out_jobs(tasks, self.evaluation), self.info)
         run = RunValues(seed=self.seed * 7919 + step, max_prompt_tokens=self.max_prompt_tokens)
         # the engine gets the update's weights
-        with generating(self.model, engine, self.compute_dtype):
+        with generating(model, engine, compute_dtype):
             sampling = eval_rollout(self.evaluation, self.rollout)
             batch = run_episodes(engine.policy, self.pool, jobs, sampling, self.chat, run=run)
         trajs = batch.trajectories
@@ -336,45 +409,3 @@ class HeldOut:
             "eval/turns": sums[4] / n,
             "eval_s": time.perf_counter() - start,
         }
-
-
-def training_engine(
-    rollout: RolloutConfig,
-    model_cfg: ModelConfig,
-    info: DistInfo,
-    *,
-    max_prompt_tokens: int,
-    seed: int,
-) -> RolloutEngine:
-    """The engine ``rollout.backend`` names, set up for this run (it refuses a setup that
-    cannot run here, in one line, before any model is loaded)."""
-    setup = TrainingSetup(
-        rollout=rollout,
-        model_path=model_cfg.name_or_path,
-        model_dtype=model_cfg.dtype,
-        max_prompt_tokens=max_prompt_tokens,
-        seed=seed,
-        rank=info.rank,
-        local_rank=info.local_rank if info.enabled else None,
-        asynchronous=bool(rollout.max_staleness),
-    )
-    return engine_class(rollout.backend).for_training(setup)
-
-
-@contextlib.contextmanager
-def generating(model: nn.Module, engine: RolloutEngine, compute_dtype: str) -> Iterator[None]:
-    """Where a rollout phase runs: the engine awake with the current weights, or the
-    trainer's model gathered and in its compute dtype.
-
-    An engine that samples with the trainer's model needs it gathered (ranks run
-    different numbers of forwards); a colocated engine has its own copy, so nothing
-    is gathered, and it sleeps again afterwards to give the GPU back to the update.
-    """
-    engine.sync(model)
-    own = not engine.colocated
-    with (
-        gathered_params(model, enabled=own),
-        compute_context(model, compute_dtype if own else "float32"),
-    ):
-        yield
-    engine.sleep()

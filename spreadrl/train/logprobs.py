@@ -30,21 +30,39 @@ get it from here.
 
 Not handled: models that post-process logits after the output layer (logit
 soft-capping); their log-probs would be those of the raw logits.
+
+The no-grad log-prob pass: :class:`LogprobSettings` holds the values a training pass
+derives from other sections (sampling distribution, compute dtype, prefix sharing),
+decided once at build time; :func:`compute_logprobs` scores samples without keeping
+activations (the proximal and reference passes of
+:meth:`spreadrl.train.trained_model.TrainedSide.logprob_passes`). Each group's shared
+prompt runs once per micro-batch (``shared_prefix_min``, see
+:mod:`spreadrl.train.batching`); the values equal the full rows' up to float rounding.
 """
 
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import torch
 from torch import nn
 from torch.utils.checkpoint import checkpoint
 
+from spreadrl.rollout.config import RolloutConfig
 from spreadrl.rollout.kv_cache import cache_name, output_cache
 from spreadrl.rollout.sampling import process_logits
-from spreadrl.train.batching import pack
+from spreadrl.train.batching import (
+    MIN_SHARED_PREFIX,
+    Sample,
+    collate,
+    pack,
+    pack_by_tokens,
+    prefix_sharing,
+)
+from spreadrl.train.config import GRPOOptimConfig
 from spreadrl.train.levers import fused_head_on, packed_on
 
 # CPU: float32 logits per chunk, 2**24 values (64 MiB); at a 151,936 vocabulary that is
@@ -358,3 +376,69 @@ def sequence_logprobs(
             positions, ent_sel
         )
     return logp, ent
+
+
+@dataclass(frozen=True)
+class LogprobSettings:
+    """How a training pass scores tokens: the values derived from other sections, once.
+
+    Log-probs are those of the rollout's sampling distribution (temperature, top-k,
+    top-p; greedy rollouts, temperature 0, are scored under the plain softmax), in
+    the run's compute dtype, with a group's shared prompt run once per micro-batch
+    when ``optim.shared_prefix`` is on. The defaults are the plain distribution in
+    float32 without prefix sharing, for callers that score outside a recipe.
+    """
+
+    temperature: float = 1.0
+    top_k: int = 0
+    top_p: float = 1.0
+    compute_dtype: str = "float32"  # bfloat16: bf16 forward/backward over fp32 master weights
+    shared_prefix_min: int = 0  # a group's prompt run once when at least this long; 0 = off
+
+    @classmethod
+    def for_run(
+        cls, rollout: RolloutConfig, optim: GRPOOptimConfig, compute_dtype: str
+    ) -> LogprobSettings:
+        """The recipe's log-prob settings: ``compute_dtype`` from :func:`spreadrl.train.precision.compute_dtype`."""
+        sampled = rollout.temperature > 0
+        return cls(
+            temperature=rollout.temperature if sampled else 1.0,
+            top_k=rollout.top_k if sampled else 0,
+            top_p=rollout.top_p if sampled else 1.0,
+            compute_dtype=compute_dtype,
+            shared_prefix_min=MIN_SHARED_PREFIX if optim.shared_prefix else 0,
+        )
+
+
+def compute_logprobs(
+    model: nn.Module,
+    samples: Sequence[Sample],
+    optim: GRPOOptimConfig,
+    logprob_settings: LogprobSettings,
+    *,
+    pad_id: int,
+) -> list[list[float]]:
+    """Per-target log-probs of each sample under ``model``, without keeping activations.
+
+    Only trained positions (mask 1) are computed; the others are 0. Micro-batches
+    hold ``optim.micro_batch_tokens`` tokens.
+    """
+    prefix_min = prefix_sharing(model, logprob_settings.shared_prefix_min)
+    out: list[list[float]] = [[] for _ in samples]
+    with torch.no_grad():
+        for idx in pack_by_tokens(samples, optim.micro_batch_tokens, shared_prefix_min=prefix_min):
+            batch = collate([samples[i] for i in idx], pad_id, shared_prefix_min=prefix_min)
+            logp, _ = sequence_logprobs(
+                model,
+                batch,
+                logprob_settings.temperature,
+                top_k=logprob_settings.top_k,
+                top_p=logprob_settings.top_p,
+                compute_dtype=logprob_settings.compute_dtype,
+            )
+            logp = logp.float().cpu()
+            offsets = batch["offsets"].tolist() if "offsets" in batch else [0] * len(idx)
+            for row, (i, cut) in enumerate(zip(idx, offsets, strict=True)):
+                own = logp[row, : len(samples[i].ids) - 1 - cut].tolist()
+                out[i] = [0.0] * cut + own  # the cut prefix holds no trained position
+    return out

@@ -23,9 +23,9 @@ import torch
 from spreadrl.rollout.types import EndReason, Trajectory
 from spreadrl.train.config import LoggingConfig
 from spreadrl.train.distributed import all_reduce
-from spreadrl.train.episodes import StepRollouts
 from spreadrl.train.memory import MEMORY_KEYS
 from spreadrl.train.setup import Run
+from spreadrl.train.sources import StepRollouts
 
 
 def step_metrics(

@@ -1,8 +1,14 @@
-"""The model a recipe trains: loaded (from the newest checkpoint when resuming), LoRA
-adapters added if configured, activation checkpointing and the speed levers applied,
-before FSDP2 shards it; for GRPO also the starting model its KL reference is made from.
+"""The model a recipe trains, and GRPO's trained side.
 
-The frozen reference policy of the KL term, as one typed object.
+:func:`build_model` loads the model a recipe trains (from the newest checkpoint when
+resuming), adds LoRA adapters if configured, applies activation checkpointing and the
+speed levers, before FSDP2 shards it. :class:`TrainedSide` is everything GRPO trains and
+how: the policy and its KL reference, sharded, AdamW and the LR schedule, the log-prob
+settings, the no-grad passes (:meth:`TrainedSide.logprob_passes`) and the update
+(:meth:`TrainedSide.update`), kept on ``self`` as a torchtune recipe keeps them. It never
+sees where the samples came from (the episode side, :mod:`spreadrl.train.episodes`).
+
+The frozen reference policy of the KL term is one typed object, :class:`Reference`.
 
 Two shapes, one interface: a frozen deep copy of the starting model, or, when
 the policy trains LoRA adapters, the policy itself with its adapters disabled
@@ -13,21 +19,33 @@ the policy trains LoRA adapters, the policy itself with its adapters disabled
 from __future__ import annotations
 
 import copy
+import time
+import warnings
 from collections.abc import Iterator
 from contextlib import AbstractContextManager, contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import torch
 from torch import nn
+from torch.optim import Optimizer
+from torch.optim.lr_scheduler import LRScheduler
 from transformers import PreTrainedTokenizerBase
 
 from spreadrl.models.compat import enable_activation_checkpointing, peft_wrapping
 from spreadrl.models.init import load_model_and_tokenizer
-from spreadrl.train.config import LossConfig, ModelConfig
-from spreadrl.train.distributed import decoder_layers, gathered_params
+from spreadrl.rollout.config import RolloutConfig
+from spreadrl.train.batching import Sample
+from spreadrl.train.checkpoint import TrainerState, resume_trainer_state
+from spreadrl.train.config import GRPOOptimConfig, LossConfig, ModelConfig
+from spreadrl.train.distributed import DistInfo, decoder_layers, gathered_params, shard_model
 from spreadrl.train.levers import apply_model_levers
+from spreadrl.train.logprobs import LogprobSettings, compute_logprobs
+from spreadrl.train.memory import PeakMemory
+from spreadrl.train.optimizer import build_optimizer, build_scheduler, updates_per_step
 from spreadrl.train.precision import Precision
+from spreadrl.train.setup import Checkpointed, Run
+from spreadrl.train.update import policy_update
 
 
 def build_model(
@@ -145,3 +163,143 @@ def build_reference(
     for p in ref.parameters():
         p.requires_grad_(False)
     return Reference(ref)
+
+
+@dataclass
+class TrainedSide:
+    """What a GRPO run trains and how one step trains it.
+
+    ``loss`` is the section as the update applies it, decided once at build time
+    (asynchronous GRPO turns TIS on: its behaviour weights are TIS's weights);
+    ``per_step``: optimizer steps per GRPO step (the LR schedule's unit); ``memory``
+    gauges the rollout phase's peak (read and reset by :meth:`logprob_passes`, where
+    the trained side takes the device back), then the passes' and the update's."""
+
+    model: nn.Module
+    tokenizer: PreTrainedTokenizerBase
+    reference: Reference | None
+    optimizer: Optimizer
+    scheduler: LRScheduler
+    logprob_settings: LogprobSettings
+    loss: LossConfig
+    optim: GRPOOptimConfig
+    info: DistInfo
+    seed: int
+    per_step: int
+    memory: PeakMemory
+    resumed: TrainerState | None  # the checkpoint's state when resuming, else None
+
+    @classmethod
+    def build(
+        cls,
+        model_cfg: ModelConfig,
+        loss: LossConfig,
+        optim: GRPOOptimConfig,
+        rollout: RolloutConfig,
+        run: Run,
+        *,
+        steps: int,
+        seed: int,
+    ) -> TrainedSide:
+        """The policy (from the run's resume point), its reference, both sharded, AdamW and
+        a schedule over ``steps`` GRPO steps, the trainer state resumed when there is one."""
+        info, compute_dtype = run.info, run.precision.compute_dtype
+        model, tokenizer, start_model = build_policy(
+            model_cfg, loss, run.precision, info.device, resume_from=run.resume_from
+        )
+        reference = build_reference(start_model, loss, dtype=compute_dtype)
+        separate = [reference.model] if reference is not None and reference.separate else []
+        for module in (model, *separate):  # a reference model of its own is sharded alike
+            shard_model(
+                module, info, compute_dtype=compute_dtype, cpu_offload=model_cfg.cpu_offload
+            )
+        per_step = updates_per_step(rollout, optim)
+        optimizer = build_optimizer(model, optim)
+        scheduler = build_scheduler(optimizer, optim, steps * per_step)
+        resumed = resume_trainer_state(run.resume_from, model, optimizer, scheduler, info)
+        return cls(
+            model=model,
+            tokenizer=tokenizer,
+            reference=reference,
+            optimizer=optimizer,
+            scheduler=scheduler,
+            logprob_settings=LogprobSettings.for_run(rollout, optim, compute_dtype),
+            # asynchronous: tokens sampled by older weights than the ones updated are weighted
+            # by min(pi_prox / pi_behav, cap) whatever loss.tis says (docs/async.md)
+            loss=replace(loss, tis=True) if rollout.max_staleness else loss,
+            optim=optim,
+            info=info,
+            seed=seed,
+            per_step=per_step,
+            memory=PeakMemory(info.device),  # the rollout's peak, then the passes' and update's
+            resumed=resumed,
+        )
+
+    @property
+    def compute_dtype(self) -> str:
+        return self.logprob_settings.compute_dtype
+
+    @property
+    def pad_id(self) -> int:
+        return self.tokenizer.pad_token_id or 0
+
+    def checkpointed(self) -> Checkpointed:
+        """What a checkpoint holds of the trained side."""
+        return Checkpointed(self.model, self.tokenizer, self.optimizer, self.scheduler)
+
+    def logprob_passes(self, samples: list[Sample]) -> dict[str, float]:
+        """Attach the proximal and the reference log-probs to ``samples``; their metrics.
+
+        The proximal policy's log-probs first (decoupled PPO in asynchronous mode too):
+        with one epoch of one mini-batch they are the weights of the single update,
+        whose detached log-probs :func:`~spreadrl.train.update.policy_update` uses, so
+        the pass is skipped. Every rank enters both passes, even with no samples
+        (dynamic sampling can keep none on one rank): gathering sharded parameters is
+        a collective."""
+        memory, pad_id = self.memory, self.pad_id
+        metrics = memory.figures("rollout")  # allocated, reserved and device peaks
+        memory.reset()
+        t0 = time.perf_counter()
+        with gathered_params(self.model):
+            if samples and self.per_step > 1:
+                old = compute_logprobs(
+                    self.model, samples, self.optim, self.logprob_settings, pad_id=pad_id
+                )
+                for sample, lp in zip(samples, old, strict=True):
+                    sample.old_logprobs = lp
+        if self.reference is not None:  # a collective when sharded: every rank scores
+            with self.reference.active() as module:
+                lps = compute_logprobs(
+                    module, samples, self.optim, self.logprob_settings, pad_id=pad_id
+                )
+            for sample, lp in zip(samples, lps, strict=True):
+                sample.ref_logprobs = lp
+        metrics["logprobs_s"] = time.perf_counter() - t0
+        return metrics
+
+    def update(self, step: int, samples: list[Sample]) -> dict[str, float]:
+        """The update of step ``step`` on ``samples``; its metrics (loss terms, grad norm,
+        time, peak memory). The LR schedule ends at ``step x per_step`` updates."""
+        t0 = time.perf_counter()
+        metrics = policy_update(
+            self.model,
+            self.optimizer,
+            samples,
+            self.loss,
+            self.optim,
+            self.logprob_settings,
+            pad_id=self.pad_id,
+            scheduler=self.scheduler,
+            seed=self.seed + step,
+            world_size=self.info.world_size,
+        )
+        # the schedule is laid out for steps x epochs x mini-batches updates, but dynamic
+        # sampling can train fewer mini-batches (or none): move it to where the step count
+        # says, so the decay neither lags nor misses its end (the same on every rank)
+        with warnings.catch_warnings():  # "lr_scheduler.step() before optimizer.step()"
+            warnings.simplefilter("ignore", UserWarning)
+            while self.scheduler.last_epoch < step * self.per_step:
+                self.scheduler.step()
+        metrics["update_s"] = time.perf_counter() - t0
+        metrics.update(self.memory.figures("train"))
+        return metrics

@@ -469,24 +469,28 @@ def test_held_out_eval_gives_turn_2_the_rollouts_ids(thinking_tokenizer, two_tur
     from spreadrl.eval.config import EvalConfig
     from spreadrl.rollout.engines.hf import HFEngine
     from spreadrl.train.distributed import DistInfo
-    from spreadrl.train.episodes import HeldOut
+    from spreadrl.train.episodes import EpisodeSide
 
     texts, reference = two_turns
     policy = TurnSampler(thinking_tokenizer, texts)
-    held_out = HeldOut(
+    rollout = RolloutConfig()
+    side = EpisodeSide(
         tasks=task_set(),
+        sampler=None,
+        engine=HFEngine(rollout, policy),
         pool=Pool(),
         chat=EpisodeChat.of(thinking_tokenizer),
+        rollout=rollout,
+        sampling=None,
+        reward=None,
         evaluation=EvalConfig(),
-        rollout=RolloutConfig(),
+        eval_tasks=task_set(),
         steps=1,
         seed=0,
         max_prompt_tokens=0,
-        compute_dtype="float32",
-        model=torch.nn.Linear(1, 1),
         info=DistInfo(),
     )
-    metrics = held_out.run(held_out.tasks, 1, HFEngine(RolloutConfig(), policy))
+    metrics = side.run_held_out(side.tasks, 1, side.engine, torch.nn.Linear(1, 1), "float32")
     assert metrics
     assert_contexts(policy, reference)
 

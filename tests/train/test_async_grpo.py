@@ -24,7 +24,7 @@ import spreadrl.rollout.engines.hf as hf_engine
 import spreadrl.train.episodes as rollouts
 import spreadrl.train.grpo as grpo
 import spreadrl.train.sources as async_steps
-import spreadrl.train.update as learner
+import spreadrl.train.trained_model as learner
 from spreadrl.data.task import TaskSet
 from spreadrl.errors import RunStopped
 from spreadrl.rollout.engines.hf import HFPolicy
@@ -119,7 +119,7 @@ def test_max_staleness_zero_never_builds_the_producer_and_is_bit_reproducible(
             def refuse(*args, **kwargs):
                 raise AssertionError("max_staleness=0 must not start a producer")
 
-            monkeypatch.setattr(async_steps.AsyncSteps, "start", refuse)
+            monkeypatch.setattr(async_steps.AsyncSource, "start", refuse)
         else:
             monkeypatch.undo()
         out = tmp_path / name

@@ -25,10 +25,10 @@ from spreadrl.config import load_config
 from spreadrl.data.task import TaskSet
 from spreadrl.env.types import EpisodeResult
 from spreadrl.models.init import load_model_and_tokenizer
-from spreadrl.train import update as learner_module
+from spreadrl.train import trained_model as learner_module
 from spreadrl.train.config import GRPOConfig
 from spreadrl.train.grpo import train_grpo
-from spreadrl.train.scoring import compute_logprobs
+from spreadrl.train.logprobs import compute_logprobs
 from tests.rollout.fakes import FakePool, make_task
 from tests.train.update_args import logprob_args
 
@@ -84,7 +84,7 @@ def _metrics(out):
 
 
 class _Spy:
-    """Wraps ``learner.policy_update``: records each step's samples (with the log-probs the
+    """Wraps ``policy_update`` as the trained side calls it: records each step's samples (with the log-probs the
     recipe attached) and the policy's weights before the update."""
 
     def __init__(self, monkeypatch):

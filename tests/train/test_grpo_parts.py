@@ -89,9 +89,9 @@ def test_the_hf_rollout_policy_samples_the_module_being_trained(tiny_model):
     engine's policy wraps the trained module itself, so every step samples the updated
     weights, where eval's load_policy loads a checkpoint from a path."""
     from spreadrl.config import load_config
+    from spreadrl.train.checks import training_engine
     from spreadrl.train.config import GRPOConfig
     from spreadrl.train.distributed import DistInfo
-    from spreadrl.train.episodes import training_engine
 
     model, tok = tiny_model
     cfg = load_config(GRPOConfig, None, ["rollout.group_size=3", "rollout.prompts_per_step=5"])

@@ -141,9 +141,9 @@ def test_vllm_backend_under_torchrun_builds_one_engine_per_rank(monkeypatch, tin
     # (end to end: tests/train/test_grpo_vllm_torchrun.py)
     import spreadrl.rollout.engines.vllm as vllm_policy
     from spreadrl.config import load_config
+    from spreadrl.train.checks import training_engine
     from spreadrl.train.config import GRPOConfig
     from spreadrl.train.distributed import DistInfo
-    from spreadrl.train.episodes import training_engine
 
     fake_vllm.install(monkeypatch)
     monkeypatch.setattr(vllm_policy, "require_vllm_gpu", vllm_policy.import_vllm)

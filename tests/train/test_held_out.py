@@ -84,10 +84,23 @@ def test_the_held_out_eval_samples_at_eval_temperature(monkeypatch):
     tasks = TaskSet(Path("."), [make_task()])
     for overrides, expected in ((["eval.temperature=0"], 0.0), ([], 0.6)):
         cfg = load_config(GRPOConfig, None, ["rollout.temperature=0.6", *overrides])
-        run = episodes.HeldOut(
-            tasks, FakePool(), None, cfg.eval, cfg.rollout, 1, 0, 64, "float32", None, DistInfo()
+        side = episodes.EpisodeSide(
+            tasks=tasks,
+            sampler=None,
+            engine=None,
+            pool=FakePool(),
+            chat=None,
+            rollout=cfg.rollout,
+            sampling=cfg.sampling,
+            reward=cfg.reward,
+            evaluation=cfg.eval,
+            eval_tasks=tasks,
+            steps=1,
+            seed=0,
+            max_prompt_tokens=64,
+            info=DistInfo(),
         )
-        run.run(tasks, 1, SimpleNamespace(policy=None))
+        side.run_held_out(tasks, 1, SimpleNamespace(policy=None), None, "float32")
         assert seen[-1] == expected
     assert cfg.rollout.temperature == 0.6  # training keeps its own temperature
 

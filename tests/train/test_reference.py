@@ -10,7 +10,7 @@ import torch
 from spreadrl.config import load_config
 from spreadrl.train.batching import Sample
 from spreadrl.train.config import GRPOConfig
-from spreadrl.train.scoring import LogprobSettings, compute_logprobs
+from spreadrl.train.logprobs import LogprobSettings, compute_logprobs
 from spreadrl.train.trained_model import build_reference
 
 

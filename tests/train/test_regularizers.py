@@ -15,9 +15,8 @@ import pytest
 import torch
 
 from spreadrl.train.batching import Sample, collate
-from spreadrl.train.logprobs import sequence_logprobs
+from spreadrl.train.logprobs import compute_logprobs, sequence_logprobs
 from spreadrl.train.losses import kl_penalty, masked_mean
-from spreadrl.train.scoring import compute_logprobs
 from spreadrl.train.update import policy_update
 from tests.train.test_logprobs import tiny_qwen3
 from tests.train.update_args import logprob_args, update_args

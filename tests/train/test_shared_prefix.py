@@ -18,8 +18,7 @@ from spreadrl.train.batching import (
     prefix_sharing,
     shared_prefix_lengths,
 )
-from spreadrl.train.logprobs import sequence_logprobs
-from spreadrl.train.scoring import compute_logprobs
+from spreadrl.train.logprobs import compute_logprobs, sequence_logprobs
 from spreadrl.train.update import policy_update
 from tests.train.test_logprobs import tiny_qwen3 as _model
 from tests.train.update_args import logprob_args, update_args

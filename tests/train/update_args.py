@@ -12,7 +12,7 @@ from dataclasses import fields
 
 from spreadrl.train.batching import MIN_SHARED_PREFIX
 from spreadrl.train.config import GRPOOptimConfig, LossConfig
-from spreadrl.train.scoring import LogprobSettings
+from spreadrl.train.logprobs import LogprobSettings
 
 _SECTIONS = (LossConfig, GRPOOptimConfig, LogprobSettings)
 
