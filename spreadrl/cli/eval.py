@@ -1,4 +1,7 @@
-"""`spreadrl eval`: run a model on a task set and report pass@1 / pass@k."""
+"""`spreadrl eval`: run a model on a task set and report pass@1 / pass@k.
+
+The command parses its flags, loads the recipe and draws the report; the eval
+itself is :mod:`spreadrl.eval.recipe`'s."""
 
 from __future__ import annotations
 
@@ -8,8 +11,8 @@ from typing import TYPE_CHECKING
 import typer
 
 from spreadrl.cli.console import plain
-from spreadrl.cli.eval_run import EngineSpec, EvalSpec, run_eval_command
 from spreadrl.errors import SpreadrlError
+from spreadrl.eval.recipe import EngineSpec, EvalSpec
 from spreadrl.rollout.engine import engine_can
 from spreadrl.rollout.engines import ENGINES
 
@@ -142,7 +145,42 @@ def evaluate(
         seed=seed,
     )
     engine = EngineSpec(device=device, base_url=base_url, batch_size=batch_size)
-    run_eval_command(cfg, spec, engine, out, recipe=config, skip_bad=skip_bad)
+    _evaluate(cfg, spec, engine, out, recipe=config, skip_bad=skip_bad)
+
+
+def _evaluate(
+    cfg: GRPOConfig,
+    spec: EvalSpec,
+    engine: EngineSpec,
+    out: Path,
+    *,
+    recipe: Path | None,
+    skip_bad: bool,
+) -> None:
+    """Run the eval recipe into ``out`` and draw its report; a folder it failed to start
+    in is removed."""
+    from spreadrl.cli.console import RichReporter, cli_console
+    from spreadrl.cli.outdir import removed_if_failed_start
+    from spreadrl.eval.recipe import EVAL_FILES, EpisodeSettings, check_episode_errors, evaluate
+    from spreadrl.eval.report import render_report, some_did_not_start
+
+    console = cli_console()
+    reporter = RichReporter(console)
+    episode = EpisodeSettings(cfg.rollout, cfg.env, cfg.data.max_prompt_tokens)
+    with removed_if_failed_start(out, EVAL_FILES):
+        report = evaluate(
+            episode, spec, engine, out, recipe=recipe, skip_bad=skip_bad, reporter=reporter
+        )
+    render_report(report, reporter, title=f"{spec.backend} on {spec.tasks}")
+    warning = some_did_not_start(report)
+    if warning is not None:
+        console.print(f"[yellow]warning[/]: {plain(warning)}", highlight=False)
+    console.print(
+        f"report: {out / 'report.json'}  trajectories: {out / 'trajectories.jsonl'}  "
+        f"outputs: {out / 'outputs'}  config: {out / 'config.yaml'}",
+        markup=False,
+    )
+    check_episode_errors(report, out)
 
 
 def _run_compare(ctx: typer.Context, args: list[str]) -> None:
