@@ -1,6 +1,9 @@
-"""The project's Python tooling: run by CI and imported by the tests, never by spreadrl.
+"""The project's CI tooling: Python that CI runs and the tests import, never spreadrl.
 
-Shell scripts that build data for make targets live in ``scripts/``; what is here
-is Python that the tests import (``tools.vllm.surface`` feeds the vLLM fakes), so
-it is a package, outside the installed ``spreadrl`` and outside its wheel.
+Here: ``tools.vllm`` (``contract.py``, run by CI against vLLM's wheel; ``surface.py``,
+which feeds the tests' vLLM fakes). It is a package so the tests can import it, outside
+the installed ``spreadrl`` and outside its wheel.
+
+What a maintainer runs by hand lives in ``scripts/``: the recalculation corpora the
+make targets build, the SpreadsheetBench parity and scoring studies, and the GPU check.
 """
