@@ -1,4 +1,4 @@
-"""GRPO steps at seed 000's shape on one GPU, plain and under FSDP2 (`spreadrl bench gpu`).
+"""GRPO steps at the Spreadsheet-RL recipe's shape on one GPU, plain and under FSDP2 (`spreadrl bench gpu`).
 
 It builds a random Qwen3 of the 4B shape with Qwen3's 151,936-row vocabulary
 (the real tokenizer when the ``qwen`` extra is installed, else a small trained
@@ -48,7 +48,7 @@ from spreadrl.run_folder import has_results
 from spreadrl.train.config import GRPOConfig
 from spreadrl.train.setup import TRAINING_FILES
 
-# seed 000's recipe, from the repository checkout this package runs from
+# the Spreadsheet-RL recipe, from the repository checkout this package runs from
 RECIPE = Path(__file__).resolve().parents[2] / "configs" / "spreadsheet-rl-4b.yaml"
 GIB = 2**30
 

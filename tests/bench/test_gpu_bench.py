@@ -9,7 +9,7 @@ from spreadrl.bench.gpu import FULL, QUICK, RECIPE, SMOKE, grpo_overrides, summa
 
 
 @pytest.mark.parametrize("shape", [FULL, QUICK, SMOKE], ids=["full", "quick", "smoke"])
-def test_bench_shapes_are_valid_seed_000_recipes(shape, tmp_path):
+def test_bench_shapes_are_valid_spreadsheet_rl_recipes(shape, tmp_path):
     from spreadrl.config import load_config
     from spreadrl.train.config import GRPOConfig
 
@@ -19,7 +19,7 @@ def test_bench_shapes_are_valid_seed_000_recipes(shape, tmp_path):
     assert cfg.rollout.max_response_tokens == shape.response_tokens
     assert cfg.optim.micro_batch_tokens == shape.micro_batch_tokens
     assert cfg.loss.kl_coef == 0.0  # no reference copy
-    assert cfg.rollout.temperature == 0.6 and cfg.optim.lr == 1e-6  # the rest stays seed 000's
+    assert cfg.rollout.temperature == 0.6 and cfg.optim.lr == 1e-6  # the rest stays the recipe's
 
 
 def test_the_plan_judges_the_full_shape_too_big_for_an_h100_and_the_quick_one_fitting(tmp_path):

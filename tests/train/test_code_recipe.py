@@ -1,4 +1,4 @@
-"""The GRPO-TCR recipe of seed 001 on the math/code environment, end to end on CPU."""
+"""The GRPO-TCR recipe on the math/code environment, end to end on CPU."""
 
 import json
 from pathlib import Path

@@ -20,7 +20,7 @@ PRESETS = [
 ]
 
 
-def test_spreadsheet_rl_4b_matches_seed_000():
+def test_spreadsheet_rl_4b_matches_its_model_card():
     cfg = load_config(GRPOConfig, CONFIGS / "spreadsheet-rl-4b.yaml")
     assert cfg.model.name_or_path == "Qwen/Qwen3-4B-Thinking-2507"
     r = cfg.rollout
@@ -59,7 +59,7 @@ def test_spreadsheet_rl_4b_repo_matches_the_repo_launcher():
 
 
 @pytest.mark.parametrize("name", ["spreadsheet-rl-4b.yaml", "spreadsheet-rl-4b-repo.yaml"])
-def test_both_seed_000_recipes_turn_tis_off_and_use_upstream_prompts_and_loop(name):
+def test_both_spreadsheet_rl_recipes_turn_tis_off_and_use_upstream_prompts_and_loop(name):
     cfg = load_config(GRPOConfig, CONFIGS / name)
     r = cfg.rollout
     assert not cfg.loss.tis  # neither the card nor the repo corrects against rollout log-probs
@@ -76,7 +76,7 @@ def test_both_seed_000_recipes_turn_tis_off_and_use_upstream_prompts_and_loop(na
     assert yaml.safe_load(shown.output)["loss"]["tis"] is False
 
 
-def test_grpo_tcr_4b_matches_seed_001():
+def test_grpo_tcr_4b_matches_its_model_card():
     cfg = load_config(GRPOConfig, CONFIGS / "grpo-tcr-4b.yaml")
     assert (cfg.rollout.prompts_per_step, cfg.rollout.group_size) == (4, 8)
     assert (cfg.data.max_prompt_tokens, cfg.rollout.max_response_tokens) == (2560, 10480)

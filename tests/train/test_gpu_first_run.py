@@ -40,7 +40,7 @@ def test_timeout_covers_every_rollout_round_the_eval_and_a_checkpoint():
     assert collective_timeout_s(load_config(SFTConfig, None, [])) == BASE_S + CHECKPOINT_S
 
 
-def test_seed_000_preset_waits_longer_than_torchs_ten_minutes():
+def test_spreadsheet_rl_preset_waits_longer_than_torchs_ten_minutes():
     cfg = load_config(GRPOConfig, CONFIGS / "spreadsheet-rl-4b.yaml", [])
     assert collective_timeout_s(cfg) >= 600 + cfg.rollout.episode_wall_time_s
 

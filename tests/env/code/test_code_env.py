@@ -33,7 +33,7 @@ from tests.rollout.fakes import make_task as make_spreadsheet_task
 
 
 def code_config(**overrides) -> EnvConfig:
-    """The recipe's env section for the code env (seed 001's budgets unless overridden)."""
+    """The recipe's env section for the code env (the GRPO-TCR recipe's budgets unless overridden)."""
     fields = {"max_tool_calls": 16, "max_observation_chars": 4000, **overrides}
     return EnvConfig(kind="code", tools=["code_interpreter"], **fields)
 
@@ -43,7 +43,7 @@ FAST = code_config()
 
 @pytest.fixture(autouse=True)
 def fast_limits(monkeypatch: pytest.MonkeyPatch) -> None:
-    """Shorter time limits than seed 001's 30 s / 60 s / 6 s, so hung code fails fast."""
+    """Shorter time limits than the GRPO-TCR recipe's 30 s / 60 s / 6 s, so hung code fails fast."""
     monkeypatch.setattr(code_env, "TOOL_WALL_TIME_S", 3.0)
     monkeypatch.setattr(code_env, "GRADING_WALL_TIME_S", 10.0)
     monkeypatch.setattr(code_env, "PER_TEST_TIMEOUT_S", 2.0)
