@@ -2,7 +2,7 @@
 
 Every callable here declares exactly the parameters recorded for it in
 ``tools/vllm/surface.py`` (no ``**kwargs``), and
-``tests/rollout/test_vllm_surface.py`` checks that, so spreadrl code that passes
+``tests/rollout/engines/test_vllm_surface.py`` checks that, so spreadrl code that passes
 an argument vLLM would refuse fails here too. The fakes also keep the states
 vLLM enforces: no generation while asleep, weights only between
 ``start_weight_update`` and ``finish_weight_update`` and only into awake

@@ -17,7 +17,7 @@ from tests.rollout import fake_vllm as fake
 from tools.vllm import surface
 from tools.vllm.contract import check_surface
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 
 # each fake callable, and the surface entry whose recorded parameters it must take
 FAKE_CALLABLES = [
