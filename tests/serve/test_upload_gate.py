@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from fastapi.testclient import TestClient
 
-from tests.env import archive_bombs as bombs
+from tests import archive_bombs as bombs
 
 BOMBS = [
     (bombs.deflate_bomb, 413),

@@ -24,8 +24,8 @@ from spreadrl.env.spreadsheet.recalc.values import load_values
 from spreadrl.env.spreadsheet.workbook import WorkingCopy
 from spreadrl.env.types import EndReason, ToolCall
 from spreadrl.errors import TaskFormatError
+from tests import archive_bombs as bombs
 from tests.data.fake_sources import make_spreadsheetbench
-from tests.env import archive_bombs as bombs
 from tests.env.spreadsheet.gym_helpers import make_task, revenue_answer
 
 # Python the agent writes: the working copy's sheet becomes 8 MiB of blanks (about 1000:1)

@@ -1,6 +1,6 @@
 """The archive gate refuses hostile workbooks from the zip's records alone, and lets real ones by.
 
-The bombs are built at test time (tests/env/archive_bombs.py). Memory is measured
+The bombs are built at test time (tests/archive_bombs.py). Memory is measured
 in a child process that does nothing but gate them: its peak resident set
 (``VmHWM``) after gating each bomb, against the same figure before the first.
 """
@@ -25,9 +25,9 @@ from spreadrl.archive_gate import (
 from spreadrl.data.synth import synthesize
 from spreadrl.env.config import EnvConfig
 from spreadrl.errors import ConfigError, SpreadrlError
-from tests.env import archive_bombs as bombs
+from tests import archive_bombs as bombs
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[1]
 MEMORY_BOUND_MB = 16  # what gating one bomb may add to the child's peak resident set
 
 # (builder, HTTP status serve answers with, words of the reason)
