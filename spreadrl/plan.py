@@ -89,7 +89,7 @@ from spreadrl.train.logprobs import (
     chunk_tokens_for,
 )
 from spreadrl.train.precision import compute_dtype
-from spreadrl.train.timeouts import collective_timeout_s, rollout_rounds
+from spreadrl.train.timeouts import collective_timeout_s, rollout_rounds, rollout_wait_s
 
 GIB = 2**30
 UNCOUNTED_GIB = 2.2  # allocated beyond the components: measured - counted (module docstring)
@@ -498,13 +498,16 @@ def plan_times(cfg: GRPOConfig, shape: ModelShape, hw: Hardware) -> list[tuple[s
     rate = hw.bf16_tflops * 1e12 * hw.mfu
     update_s = tokens * cfg.optim.ppo_epochs * train / rate
     logprob_s = tokens * passes * forward / rate
-    wall = cfg.rollout.episode_wall_time_s * rollout_rounds(cfg)
+    wall = cfg.rollout.episode_wall_time_s * rollout_rounds(cfg.sampling)
     return [
         ("tokens per GPU per step (at full budgets)", f"{tokens:,.0f}"),
         (f"update at {100 * hw.mfu:.0f}% MFU", f"{update_s:,.0f} s"),
         (f"log-prob passes ({passes}) at {100 * hw.mfu:.0f}% MFU", f"{logprob_s:,.0f} s"),
         ("rollouts (bound: wall time x rounds)", f"{wall:,.0f} s"),
-        ("collective timeout", f"{collective_timeout_s(cfg):,.0f} s"),
+        (
+            "collective timeout",
+            f"{collective_timeout_s(rollout_wait_s(cfg.rollout, cfg.sampling, cfg.eval)):,.0f} s",
+        ),
     ]
 
 

@@ -5,6 +5,11 @@ ones. Counted from the ``def`` line to the last line of the body (docstring and
 comments included, decorators not), nested functions and methods too. The demo
 script (``spreadrl/demo.py``) is outside these packages: it reads top to bottom.
 
+A recipe function (``RECIPES``: the GRPO and SFT recipes' entry points) builds its
+run's parts in one place, in the order they are built, as torchtune's recipe methods
+do; it may run to ``RECIPE_LIMIT`` lines rather than be cut where the limit bites.
+The exemption names each function, and a name that no longer exists fails.
+
 ``KNOWN_LONG`` lists the functions still over the limit, each with why it is not
 split yet; the list may only shrink: an entry whose function got short (or went)
 fails the second test, so it cannot linger.
@@ -18,6 +23,9 @@ from pathlib import Path
 PACKAGE = Path(__file__).resolve().parents[1] / "spreadrl"
 CHECKED = ("train", "rollout", "env", "eval", "cli", "models", "plan.py")
 LIMIT = 80
+
+RECIPES = ("train/grpo.py:train_grpo", "train/sft.py:train_sft")
+RECIPE_LIMIT = 120
 
 KNOWN_LONG: dict[str, str] = {}  # function: why it is not split yet (none today)
 
@@ -47,8 +55,17 @@ def _functions(body: list[ast.stmt], prefix: str):
 
 def test_no_function_is_over_the_limit():
     over = long_functions(PACKAGE, CHECKED, LIMIT)
-    new = {name: lines for name, lines in over.items() if name not in KNOWN_LONG}
+    new = {name: n for name, n in over.items() if name not in KNOWN_LONG and name not in RECIPES}
     assert not new, f"functions over {LIMIT} lines (split them): {new}"
+
+
+def test_a_recipe_function_reads_in_one_place_up_to_its_own_limit():
+    over = long_functions(PACKAGE, ("train",), RECIPE_LIMIT)
+    recipes = {name: n for name, n in over.items() if name in RECIPES}
+    assert not recipes, f"recipe functions over {RECIPE_LIMIT} lines: {recipes}"
+    every = long_functions(PACKAGE, ("train",), 0)
+    missing = sorted(set(RECIPES) - set(every))
+    assert not missing, f"exempt recipe functions that no longer exist: {missing}"
 
 
 def test_every_known_long_function_is_still_long():

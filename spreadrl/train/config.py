@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Literal
+from typing import ClassVar, Literal
 
 from spreadrl.config import (
     Section,
@@ -266,6 +266,8 @@ class LoggingConfig(Section):
 
 @dataclass(frozen=True)
 class GRPOConfig(Section):
+    command: ClassVar[str] = "grpo"  # the command that runs it; a run folder's record names it
+
     model: ModelConfig = section(ModelConfig, "Policy model.")
     data: DataConfig = section(DataConfig, "Task sets.")
     rollout: RolloutConfig = section(RolloutConfig, "Rollouts and sampling.")
@@ -281,6 +283,10 @@ class GRPOConfig(Section):
     seed: int = option(0, "Random seed.")
     output_dir: str = option("runs/grpo", "Run folder: config, metrics, checkpoints, final model.")
     device: str = option("auto", "cpu, cuda, or auto.")
+
+    def summary(self) -> dict[str, str]:
+        """What a run folder's record shows of the run: its model and tasks."""
+        return {"model": self.model.name_or_path, "tasks": self.data.train_tasks}
 
     def validate(self) -> None:
         if self.steps < 1:
@@ -301,6 +307,8 @@ class SFTDataConfig(Section):
 
 @dataclass(frozen=True)
 class SFTConfig(Section):
+    command: ClassVar[str] = "sft"  # the command that runs it; a run folder's record names it
+
     model: ModelConfig = section(ModelConfig, "Model to fine-tune.")
     data: SFTDataConfig = section(SFTDataConfig, "SFT data.")
     max_length: int = option(32768, "Conversations longer than this are dropped (never cut).")
@@ -321,6 +329,10 @@ class SFTConfig(Section):
     seed: int = option(0, "Random seed.")
     output_dir: str = option("runs/sft", "Run folder.")
     device: str = option("auto", "cpu, cuda, or auto.")
+
+    def summary(self) -> dict[str, str]:
+        """What a run folder's record shows of the run: its model and data."""
+        return {"model": self.model.name_or_path, "data": self.data.path}
 
     def validate(self) -> None:
         if self.steps < 0 or self.epochs < 1 or self.batch_size < 1 or self.max_length < 1:

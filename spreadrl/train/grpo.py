@@ -34,6 +34,7 @@ from spreadrl.train.setup import Run
 from spreadrl.train.signals import StopSignals
 from spreadrl.train.sources import StepSource, open_source
 from spreadrl.train.step_metrics import report_step, save_crashes
+from spreadrl.train.timeouts import rollout_wait_s
 from spreadrl.train.trained_model import TrainedSide
 
 log = logging.getLogger(__name__)
@@ -55,7 +56,8 @@ def train_grpo(
     (default: logged). Raises RunStopped (SIGINT or SIGTERM on any rank: saved after a
     whole step, resumed by the same command) and RunHalted (too many crashed episodes,
     or steps that kept no group)."""
-    run = Run.start(cfg, reporter or LogReporter(), seed_per_rank=True)
+    wait_s = rollout_wait_s(cfg.rollout, cfg.sampling, cfg.eval)  # sizes the collectives' timeout
+    run = Run.start(cfg, reporter or LogReporter(), seed_per_rank=True, rollout_wait_s=wait_s)
     try:  # the rollout engine, set up: it refuses here too, before any model loads
         engine = check_grpo(cfg.rollout, cfg.model, cfg.data, run.info, seed=cfg.seed)
     except ConfigError:

@@ -25,7 +25,7 @@ from torch.optim import Optimizer
 from torch.optim.lr_scheduler import LRScheduler
 from transformers import PreTrainedTokenizerBase
 
-from spreadrl.config import config_to_dict, dump_config, section_dict
+from spreadrl.config import YAMLValue, dump_config, section_dict
 from spreadrl.errors import ConfigError, RunStopped, SpreadrlError
 from spreadrl.reporting import Reporter
 from spreadrl.run_folder import Claim, RunIdentity, claim_run_folder, cut_back_jsonl, flatten
@@ -79,22 +79,31 @@ class Run:
     metrics: MetricsLog
 
     @classmethod
-    def start(cls, cfg: RecipeConfig, reporter: Reporter, *, seed_per_rank: bool = False) -> Run:
+    def start(
+        cls,
+        cfg: RecipeConfig,
+        reporter: Reporter,
+        *,
+        seed_per_rank: bool = False,
+        rollout_wait_s: float = 0.0,
+    ) -> Run:
         """Join the process group, write ``config.yaml``, seed, resolve the run's precision,
         find the resume point.
 
-        The whole config is read here and only here: it is recorded as the run's
-        resolved config (and sizes the collective timeout); the rest of the run
-        gets sections."""
+        The whole config is read here and only here, turned into plain data once: it is
+        the run folder's record (``run.json``), ``config.yaml`` and the trackers' config;
+        the rest of the run gets sections. ``rollout_wait_s``: how much longer one rank's
+        episodes may keep it than another's (:func:`~spreadrl.train.timeouts.rollout_wait_s`),
+        added to the collective timeout."""
         device = resolve_device(cfg.device)
-        info = init_distributed(device, timeout_s=collective_timeout_s(cfg))
+        info = init_distributed(device, timeout_s=collective_timeout_s(rollout_wait_s))
         out = Path(cfg.output_dir)
+        resolved = section_dict(cfg)
         if info.is_main:  # one run per folder: refuse another run's folder (run.json)
-            claim_training_folder(cfg)
+            claim_training_folder(cfg, resolved=resolved)
         out.mkdir(parents=True, exist_ok=True)
         if info.is_main:
-            (out / "config.yaml").write_text(dump_config(cfg))
-        resolved = config_to_dict(cfg)
+            (out / "config.yaml").write_text(dump_config(resolved))
         seed = cfg.seed + (info.rank if seed_per_rank else 0)
         random.seed(seed)
         np.random.seed(seed % 2**32)
@@ -253,29 +262,31 @@ LOGS = ("metrics.jsonl", "trajectories.jsonl")
 """The logs a run appends to once per step (cut back to the checkpoint on resume)."""
 
 
-def training_identity(cfg: GRPOConfig | SFTConfig) -> RunIdentity:
-    """The run ``cfg`` describes: its command, and every setting but the folder itself."""
-    resolved = section_dict(cfg)
-    settings = flatten(resolved)
+def training_identity(
+    cfg: RecipeConfig, resolved: dict[str, YAMLValue] | None = None
+) -> RunIdentity:
+    """The run ``cfg`` describes: its command, and every setting but the folder itself
+    (``resolved``: ``cfg`` as plain data, when the caller has it already)."""
+    settings = flatten(section_dict(cfg) if resolved is None else resolved)
     settings.pop("output_dir", None)  # a run folder may be moved and still resume
-    if isinstance(cfg, GRPOConfig):
-        command, summary = "grpo", {"model": cfg.model.name_or_path, "tasks": cfg.data.train_tasks}
-    else:
-        command, summary = "sft", {"model": cfg.model.name_or_path, "data": cfg.data.path}
     return RunIdentity(
-        command=command,
+        command=cfg.command,
         settings=settings,
         files=TRAINING_FILES,
         safe=TRAINING_SAFE,
-        summary=summary,
+        summary=cfg.summary(),
     )
 
 
 def claim_training_folder(
-    cfg: GRPOConfig | SFTConfig, *, resume_changes: bool = False, write: bool = True
+    cfg: RecipeConfig,
+    *,
+    resume_changes: bool = False,
+    write: bool = True,
+    resolved: dict[str, YAMLValue] | None = None,
 ) -> Claim:
     """Claim ``cfg.output_dir`` for this run (see :func:`spreadrl.run_folder.claim_run_folder`)."""
-    identity = training_identity(cfg)
+    identity = training_identity(cfg, resolved)
     return claim_run_folder(
         Path(cfg.output_dir),
         identity,

@@ -24,7 +24,6 @@ from spreadrl.train.batching import (
     MIN_SHARED_PREFIX,
     Sample,
     collate,
-    pack_by_tokens,
     prefix_sharing,
 )
 from spreadrl.train.checkpoint import resume_trainer_state
@@ -37,6 +36,7 @@ from spreadrl.train.setup import Checkpointed, Run
 from spreadrl.train.sft_data import load_sft_dataset
 from spreadrl.train.signals import StopSignals
 from spreadrl.train.trained_model import build_model
+from spreadrl.train.update import micro_batches
 
 
 def sft_loss_step(
@@ -62,22 +62,22 @@ def sft_loss_step(
     forward's dtype over the float32 master weights (:mod:`spreadrl.train.precision`).
     """
     prefix_min = prefix_sharing(model, MIN_SHARED_PREFIX if shared_prefix else 0)
-    local = sum(sum(s.mask[1:]) for s in samples)
-    total = all_reduce(local)
-    micro = (
-        pack_by_tokens(samples, micro_batch_tokens, shared_prefix_min=prefix_min) if samples else []
+    total, plan = micro_batches(
+        samples,
+        micro_batch_tokens,
+        token_mean=True,
+        prefix_min=prefix_min,
+        pad_id=pad_id,
+        world_size=world_size,
     )
-    n_micro = int(all_reduce(len(micro), op="max"))
     loss_sum = 0.0
-    for j in range(n_micro):
-        real = j < len(micro)
-        # a rank with fewer micro-batches runs a 2-token filler with nothing trained: its
-        # loss is a graph-connected zero (see logprobs._selective_head), so FSDP's backward
+    for micro in plan:
+        # a rank with fewer micro-batches runs a filler with nothing trained: its loss is a
+        # graph-connected zero (see logprobs._selective_head), so FSDP's backward
         # collectives run on every rank and the filler adds nothing
-        chunk = [samples[i] for i in micro[j]] if real else [Sample([pad_id, pad_id], [0, 0])]
-        batch = collate(chunk, pad_id, shared_prefix_min=prefix_min)
+        batch = collate(micro.samples, pad_id, shared_prefix_min=prefix_min)
         logp, _ = sequence_logprobs(model, batch, compute_dtype=compute_dtype)
-        mask = batch["loss_mask"].to(logp.device) * (1.0 if real else 0.0)
+        mask = batch["loss_mask"].to(logp.device) * (1.0 if micro.real else 0.0)
         nll = -(logp * mask).sum() / max(total, 1) * world_size
         nll.backward()
         loss_sum += float(nll.detach()) / world_size

@@ -21,7 +21,9 @@ aborting a healthy run.
 
 from __future__ import annotations
 
-from spreadrl.train.config import GRPOConfig, SFTConfig
+from spreadrl.eval.config import EvalConfig
+from spreadrl.rollout.config import RolloutConfig
+from spreadrl.train.config import DynamicSamplingConfig
 
 BASE_S = 600.0
 # a 4B full fine-tune's checkpoint is ~45 GiB (fp32 weights 15 GiB, Adam 30 GiB): about
@@ -29,24 +31,28 @@ BASE_S = 600.0
 CHECKPOINT_S = 1800.0
 
 
-def rollout_rounds(cfg: GRPOConfig) -> int:
+def rollout_rounds(sampling: DynamicSamplingConfig) -> int:
     """Rollout rounds a GRPO step can run: 1, or 1 + refill rounds under refill sampling."""
-    if cfg.sampling.mode == "refill":
-        return 1 + int(cfg.sampling.max_refill_rounds)
+    if sampling.mode == "refill":
+        return 1 + int(sampling.max_refill_rounds)
     return 1
 
 
-def collective_timeout_s(cfg: GRPOConfig | SFTConfig) -> float:
-    """Seconds a collective may wait before the process group aborts it (see module doc).
-
-    ``cfg`` is a GRPO or SFT config; a recipe without rollouts (SFT) gets the base
-    plus the checkpoint allowance.
-    """
-    total = BASE_S + CHECKPOINT_S
-    if not isinstance(cfg, GRPOConfig):
-        return total
-    wall = float(cfg.rollout.episode_wall_time_s)
-    total += wall * rollout_rounds(cfg)
-    if cfg.eval.every_steps > 0:
+def rollout_wait_s(
+    rollout: RolloutConfig, sampling: DynamicSamplingConfig, evaluation: EvalConfig
+) -> float:
+    """How much longer one rank's episodes may keep it after a GRPO step's rollouts began
+    than another's: ``episode_wall_time_s`` per rollout round, and one more when the
+    held-out eval runs."""
+    wall = float(rollout.episode_wall_time_s)
+    total = wall * rollout_rounds(sampling)
+    if evaluation.every_steps > 0:
         total += wall  # one batch of held-out episodes after some steps
     return total
+
+
+def collective_timeout_s(rollout_wait: float = 0.0) -> float:
+    """Seconds a collective may wait before the process group aborts it (see module doc):
+    the base, the checkpoint allowance, and ``rollout_wait`` (:func:`rollout_wait_s`; a
+    recipe without rollouts, SFT, has none)."""
+    return BASE_S + CHECKPOINT_S + rollout_wait

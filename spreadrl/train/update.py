@@ -66,26 +66,48 @@ def micro_batch_plan(
         size = max(1, optim.mini_batch_size // world_size)
     else:  # one mini-batch: as large as the largest rank's share (ranks may hold unequal ones)
         size = max(1, int(all_reduce(len(samples), op="max")))
-    filler = Sample(ids=[pad_id, pad_id], mask=[0, 0])
     order = torch.randperm(len(samples), generator=generator).tolist()
     n_mini = int(all_reduce(-(-len(order) // size), op="max"))
     for m in range(n_mini):
         mini = [samples[i] for i in order[m * size : (m + 1) * size]]
-        total = all_reduce(sum(_trained(s) for s in mini) if token_mean else len(mini))
-        packed = (
-            pack_by_tokens(mini, optim.micro_batch_tokens, shared_prefix_min=prefix_min)
-            if mini
-            else []
+        _, plan = micro_batches(
+            mini,
+            optim.micro_batch_tokens,
+            token_mean=token_mean,
+            prefix_min=prefix_min,
+            pad_id=pad_id,
+            world_size=world_size,
         )
-        plan = []
-        for j in range(int(all_reduce(len(packed), op="max"))):
-            if j >= len(packed):  # this rank has fewer: a zero, graph-connected loss
-                plan.append(MicroBatch([filler], 0.0, real=False))
-                continue
-            chunk = [mini[i] for i in packed[j]]
-            share = sum(_trained(s) for s in chunk) if token_mean else len(chunk)
-            plan.append(MicroBatch(chunk, share / max(total, 1) * world_size, real=True))
         yield plan
+
+
+def micro_batches(
+    mini: Sequence[Sample],
+    micro_batch_tokens: int,
+    *,
+    token_mean: bool,
+    prefix_min: int,
+    pad_id: int,
+    world_size: int = 1,
+) -> tuple[float, list[MicroBatch]]:
+    """One optimizer step's samples (this rank's share) as token-budget micro-batches, and
+    the step's count over all ranks (trained tokens, or sequences without ``token_mean``)
+    that their weights divide by: the plan GRPO's update and SFT's step share.
+
+    Every rank gets as many micro-batches as the rank with the most, padding with
+    filler ones (2 tokens, nothing trained, weight 0), so FSDP's collectives line up."""
+    total = all_reduce(sum(_trained(s) for s in mini) if token_mean else len(mini))
+    packed = pack_by_tokens(mini, micro_batch_tokens, shared_prefix_min=prefix_min) if mini else []
+    filler = Sample(ids=[pad_id, pad_id], mask=[0, 0])
+    plan = []
+    for j in range(int(all_reduce(len(packed), op="max"))):
+        if j >= len(packed):  # this rank has fewer: a zero, graph-connected loss
+            plan.append(MicroBatch([filler], 0.0, real=False))
+            continue
+        chunk = [mini[i] for i in packed[j]]
+        share = sum(_trained(s) for s in chunk) if token_mean else len(chunk)
+        plan.append(MicroBatch(chunk, share / max(total, 1) * world_size, real=True))
+    return total, plan
 
 
 def micro_batch_loss(

@@ -15,9 +15,9 @@ import pytest
 from spreadrl.config import load_config
 from spreadrl.errors import ConfigError
 from spreadrl.train.checks import check_world_size
-from spreadrl.train.config import GRPOConfig, SFTConfig
+from spreadrl.train.config import GRPOConfig
 from spreadrl.train.distributed import DistInfo
-from spreadrl.train.timeouts import BASE_S, CHECKPOINT_S, collective_timeout_s
+from spreadrl.train.timeouts import BASE_S, CHECKPOINT_S, collective_timeout_s, rollout_wait_s
 
 CONFIGS = Path(__file__).resolve().parents[2] / "configs"
 
@@ -34,15 +34,19 @@ def test_timeout_covers_every_rollout_round_the_eval_and_a_checkpoint():
         ],
     )
     # 3 rollout rounds + 1 held-out batch, each up to one episode wall time
-    assert collective_timeout_s(cfg) == BASE_S + CHECKPOINT_S + 900 * 3 + 900
+    assert collective_timeout_s(_wait(cfg)) == BASE_S + CHECKPOINT_S + 900 * 3 + 900
     no_refill = load_config(GRPOConfig, None, ["rollout.episode_wall_time_s=900"])
-    assert collective_timeout_s(no_refill) == BASE_S + CHECKPOINT_S + 900
-    assert collective_timeout_s(load_config(SFTConfig, None, [])) == BASE_S + CHECKPOINT_S
+    assert collective_timeout_s(_wait(no_refill)) == BASE_S + CHECKPOINT_S + 900
+    assert collective_timeout_s() == BASE_S + CHECKPOINT_S  # SFT: no rollouts
 
 
 def test_spreadsheet_rl_preset_waits_longer_than_torchs_ten_minutes():
     cfg = load_config(GRPOConfig, CONFIGS / "spreadsheet-rl-4b.yaml", [])
-    assert collective_timeout_s(cfg) >= 600 + cfg.rollout.episode_wall_time_s
+    assert collective_timeout_s(_wait(cfg)) >= 600 + cfg.rollout.episode_wall_time_s
+
+
+def _wait(cfg: GRPOConfig) -> float:
+    return rollout_wait_s(cfg.rollout, cfg.sampling, cfg.eval)
 
 
 def _free_port() -> int:
