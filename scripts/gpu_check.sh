@@ -30,30 +30,30 @@
 # SMOKE=1 runs the same plumbing on a CPU at toy sizes (its figures mean nothing).
 set -uo pipefail
 
-OUT=${GPU_CHECK_OUT:-}
+DEST=${GPU_CHECK_OUT:-}
 PARTS=()
 while [ $# -gt 0 ]; do
   case $1 in
-    --out) OUT=${2:?--out needs a folder}; shift 2 ;;
-    --out=*) OUT=${1#--out=}; shift ;;
+    --out) DEST=${2:?--out needs a folder}; shift 2 ;;
+    --out=*) DEST=${1#--out=}; shift ;;
     -h|--help) sed -n '2,/^set -uo/p' "$0" | sed '$d; s/^# \{0,1\}//'; exit 0 ;;
     quick|levers|rollout|allocator) PARTS+=("$1"); shift ;;
     *) echo "unknown part $1: quick | levers | rollout | allocator (or --out DIR)" >&2; exit 2 ;;
   esac
 done
 [ ${#PARTS[@]} -eq 0 ] && PARTS=(quick levers rollout)
-if [ -n "$OUT" ]; then  # a folder given is taken from where the script was started
-  mkdir -p "$OUT" && OUT=$(cd "$OUT" && pwd)
+if [ -n "$DEST" ]; then  # a folder given is taken from where the script was started
+  mkdir -p "$DEST" && DEST=$(cd "$DEST" && pwd)
 fi
 cd "$(dirname "$0")/.."  # the checkout's spreadrl, recipes and .venv
-OUT=${OUT:-$PWD/runs/gpu-check}
+DEST=${DEST:-$PWD/runs/gpu-check}
 
 SMOKE=${SMOKE:-0}
 if [ -x .venv/bin/python ]; then PY=${PYTHON:-.venv/bin/python}; else PY=${PYTHON:-python3}; fi
-mkdir -p "$OUT/parts"
-LOG="$OUT/check.log"
-RESULTS="$OUT/results.jsonl"
-WORK="$OUT/parts"
+mkdir -p "$DEST/parts"
+LOG="$DEST/check.log"
+RESULTS="$DEST/results.jsonl"
+WORK="$DEST/parts"
 export PYTHONUNBUFFERED=1 TOKENIZERS_PARALLELISM=false
 SPREADRL="$PY -m spreadrl"
 
@@ -114,7 +114,7 @@ levers() {  # each lever beside the baseline, one update step of the 4b shape, b
     --lever selective-ac --lever fused-head --lever fused-adamw --lever compile \
     --profile "$WORK/prof" --out "$WORK/levers.json"
   append bench-levers "$WORK/levers.json"
-  [ -f "$WORK/prof/update-baseline.txt" ] && cp "$WORK/prof/update-baseline.txt" "$OUT/profile-top-ops.txt"
+  [ -f "$WORK/prof/update-baseline.txt" ] && cp "$WORK/prof/update-baseline.txt" "$DEST/profile-top-ops.txt"
 }
 
 rollout() {  # spreadrl's hf rollout (default, static cache + CUDA graphs) beside generate
@@ -126,4 +126,4 @@ rollout() {  # spreadrl's hf rollout (default, static cache + CUDA graphs) besid
 }
 
 for what in "${PARTS[@]}"; do $what; done
-echo "results in $OUT: $(ls "$OUT" | tr '\n' ' ')" | tee -a "$LOG"
+echo "results in $DEST: $(ls "$DEST" | tr '\n' ' ')" | tee -a "$LOG"
