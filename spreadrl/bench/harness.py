@@ -6,7 +6,10 @@ the same machine load: by the built-in loop, and by
 :mod:`spreadrl.bench.harness_agent`, a harness doing the built-in loop's work
 through the capturing endpoint (HTTP, a sandboxed process per episode, the relay,
 the capture). The figure is the endpoint path's wall time over the built-in
-loop's, per rollout (a GRPO step's rollout phase).
+loop's, per rollout (a GRPO step's rollout phase). The endpoint runs twice per
+repeat: with the harness forked per episode from one sandbox that imported it
+(``rollout.harness_fork``, the default: "endpoint") and with a fresh sandboxed
+interpreter per episode ("endpoint, no fork"), so one run gives both ratios.
 
 Both paths generate in a worker thread (the endpoint's engine thread; the built-in
 loop is run in one): on a loaded CPU torch's main-thread OpenMP team ran the same
@@ -23,10 +26,13 @@ import statistics
 import tempfile
 import time
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 from spreadrl.bench.rollout import random_model
+
+NO_FORK = "endpoint, no fork"
 
 
 def against_harness(
@@ -89,26 +95,37 @@ def _measure(
         chat, policy = EpisodeChat.of(tok), HFPolicy(lm, tok)
         env = EnvConfig(tools="write_range")
         harness = HarnessEpisodes.of("spreadrl.bench.harness_agent:run", env)
-        times: dict[str, list[float]] = {"built-in": [], "endpoint": []}
-        tokens: dict[str, int] = {"built-in": 0, "endpoint": 0}
-        ids: dict[str, list[list[int]]] = {"built-in": [], "endpoint": []}
+        runners = {
+            "built-in": (run_episodes, cfg),
+            "endpoint": (harness, cfg),
+            NO_FORK: (harness, replace(cfg, harness_fork=False)),
+        }
+        times: dict[str, list[float]] = {label: [] for label in runners}
+        tokens: dict[str, int] = dict.fromkeys(runners, 0)
+        ids: dict[str, list[list[int]]] = {label: [] for label in runners}
+        generate: dict[str, list[float]] = {label: [] for label in runners}
+        engine_calls: dict[str, list[float]] = {label: [] for label in runners}
         with make_env_pool(env, workers=0) as pool, ThreadPoolExecutor(1) as worker:
-            runners = {"built-in": run_episodes, "endpoint": harness}
-            for r in range(repeats + 1):  # the first round warms both up, untimed
-                for label, runner in runners.items():
+            for r in range(repeats + 1):  # the first round warms all up, untimed
+                for label, (runner, rcfg) in runners.items():
                     start = time.perf_counter()
                     run = RunValues(seed=r)
-                    out = worker.submit(runner, policy, pool, jobs, cfg, chat, run=run).result()
+                    out = worker.submit(runner, policy, pool, jobs, rcfg, chat, run=run).result()
                     if r:
                         times[label].append(time.perf_counter() - start)
                         tokens[label] += sum(t.generated_tokens for t in out.trajectories)
                         ids[label] += [t.response_ids for t in out.trajectories]
+                        generate[label].append(out.timings.get("generate_s", 0.0))
+                        calls = out.timings.get("harness_engine_calls")
+                        engine_calls[label].append(calls if calls is not None else max_turns)
                     crashed = [t.error for t in out.trajectories if t.crashed]
                     if crashed:
                         raise RuntimeError(
                             f"{label}: {len(crashed)} episodes crashed: {crashed[0]}"
                         )
-    built, through = (statistics.median(times[k]) for k in ("built-in", "endpoint"))
+        harness.close()
+    medians = {label: statistics.median(t) for label, t in times.items()}
+    built = medians["built-in"]
     return {
         "episodes": episodes,
         "repeats": repeats,
@@ -116,7 +133,11 @@ def _measure(
         "device": device,
         "seconds": times,
         "generated_tokens": tokens,
-        "median_s": {"built-in": built, "endpoint": through},
-        "overhead": through / built - 1.0,
+        "median_s": medians,
+        # seconds inside policy.act, and how many act calls (the built-in loop: one a turn)
+        "generate_s": generate,
+        "engine_calls": engine_calls,
+        "overhead": medians["endpoint"] / built - 1.0,
+        "overhead_no_fork": medians[NO_FORK] / built - 1.0,
         "same_tokens": ids["built-in"] == ids["endpoint"],
     }

@@ -37,7 +37,9 @@ def run(
         {"role": "system", "content": DEFAULT_SYSTEM_PROMPT},
         {"role": "user", "content": user},
     ]
-    with httpx.Client(base_url=base_url, timeout=600) as client:
+    # plain http on loopback: no TLS context to build (0.1-0.2 s of CPU per client with
+    # certificate loading), which is the agent's cost, not the endpoint's
+    with httpx.Client(base_url=base_url, timeout=600, verify=False) as client:
         while True:
             body = {"model": model, "messages": messages, "tools": obs.tool_schemas}
             reply = client.post("/chat/completions", json=body)

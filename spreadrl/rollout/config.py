@@ -115,6 +115,20 @@ class RolloutConfig(Section):
         "OpenAI-compatible endpoint, and the gym scores the workbook it leaves "
         "(docs/harness.md); empty: the built-in agent loop.",
     )
+    harness_fork: bool = option(
+        True,
+        "A harness function (file or module) is imported once per rollout in one sandbox "
+        "and each episode runs in a process forked from it (no import per episode; the "
+        "episodes share that sandbox's uid, kept to their own folders by an audit hook). "
+        "false: a fresh sandboxed interpreter per episode (its own uid; under bubblewrap "
+        "only its folder writable). A command line always gets its own.",
+    )
+    traces: str = option(
+        "",
+        "Train on traces captured elsewhere: a folder of OpenEnv TrainingTraces (one "
+        "subfolder per group of rollout.group_size episodes, rewards in the traces or a "
+        "rewards.json beside them); nothing is generated (docs/harness.md).",
+    )
 
     def validate(self) -> None:
         # YAML is checked against the Literal types on loading; a section built in code
@@ -161,6 +175,10 @@ class RolloutConfig(Section):
         if self.episode_wall_time_s <= 0:
             raise ConfigError(
                 f"rollout.episode_wall_time_s must be positive, got {self.episode_wall_time_s}"
+            )
+        if self.traces and self.harness:
+            raise ConfigError(
+                "rollout.traces and rollout.harness both name the episodes' source; set one"
             )
 
 

@@ -51,7 +51,7 @@ from spreadrl.eval.config import EvalConfig, eval_rollout
 from spreadrl.rollout.chat import EpisodeChat
 from spreadrl.rollout.config import RolloutConfig
 from spreadrl.rollout.engine import RolloutEngine
-from spreadrl.rollout.harness.episodes import HarnessEpisodes
+from spreadrl.rollout.harness import episode_runner
 from spreadrl.rollout.policy import Policy
 from spreadrl.rollout.runner import (
     EnvPoolLike,
@@ -336,7 +336,7 @@ class EpisodeSide:
             seed=seed,
             max_prompt_tokens=data.max_prompt_tokens,
             info=run.info,
-            runner=HarnessEpisodes.of(rollout.harness, env) if rollout.harness else run_episodes,
+            runner=episode_runner(rollout, env),  # traces, a harness, or the built-in loop
         )
 
     def collect(self, policy: Policy, step: int) -> StepRollouts:

@@ -54,9 +54,10 @@ def test_an_openenv_trace_trains_as_one_sample():
     assert sample.logprobs == [-0.5, -0.25, -0.125, 0.0, 0.0, -1.0, -0.0625]
 
 
-def test_capture_server_in_front_of_the_endpoint_captures_what_it_sampled(tiny_model):
-    """OpenEnv's CaptureServer proxies spreadrl's endpoint; its trace is the endpoint's own
-    calls token for token, and it reads back as one joined sample."""
+def through_capture_server(tiny_model, episodes: int, seed: int = 1):
+    """``episodes`` two-call sessions through OpenEnv's CaptureServer in front of spreadrl's
+    endpoint (one endpoint session each): OpenEnv's TrainingTrace of each, as JSON, and
+    the endpoint's own calls."""
     import socket
 
     import httpx
@@ -72,38 +73,95 @@ def test_capture_server_in_front_of_the_endpoint_captures_what_it_sampled(tiny_m
     model, tokenizer = tiny_model
     chat = EpisodeChat.of(tokenizer)
     cfg = RolloutConfig(max_turns=4, max_new_tokens_per_turn=16)
-    endpoint = CaptureEndpoint(HFPolicy(model, tokenizer), chat, cfg, RunValues(seed=1))
+    endpoint = CaptureEndpoint(HFPolicy(model, tokenizer), chat, cfg, RunValues(seed=seed))
     endpoint.start(build_app(endpoint))
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        port = probe.getsockname()[1]
+    traces, own = [], []
     try:
-        session = endpoint.open_session("interop/1/0")
-        upstream = f"http://127.0.0.1:{endpoint.port}{endpoint.base_path(session)}"
-        server = capture.CaptureServer(llm_url=upstream, model=endpoint.model_name, port=port)
-        server.start()
-        base = f"http://127.0.0.1:{port}"
-        key = httpx.post(f"{base}/sessions", json={}).json()["session_id"]
-        tools = [{"type": "function", "function": {"name": "write_range", "parameters": {}}}]
-        messages = [{"role": "user", "content": "Put 42 in A1."}]
-        for _ in range(2):
-            reply = httpx.post(
-                f"{base}/v1/chat/completions",
-                headers={"Authorization": f"Bearer {key}"},
-                json={"model": endpoint.model_name, "messages": messages, "tools": tools},
-                timeout=120,
-            )
-            assert reply.status_code == 200, reply.text
-            messages += [reply.json()["choices"][0]["message"]]
-            messages += [{"role": "tool", "tool_call_id": "c", "content": "wrote"}]
-        entries = httpx.get(f"{base}/sessions/{key}/trace_entries").json()["entries"]
-        trace = json.loads(training.TrainingTrace.from_entries(entries).model_dump_json())
+        for episode in range(episodes):
+            session = endpoint.open_session(f"interop/1/{episode}")
+            upstream = f"http://127.0.0.1:{endpoint.port}{endpoint.base_path(session)}"
+            with socket.socket() as probe:
+                probe.bind(("127.0.0.1", 0))
+                port = probe.getsockname()[1]
+            server = capture.CaptureServer(llm_url=upstream, model=endpoint.model_name, port=port)
+            server.start()
+            base = f"http://127.0.0.1:{port}"
+            key = httpx.post(f"{base}/sessions", json={}).json()["session_id"]
+            tools = [{"type": "function", "function": {"name": "write_range", "parameters": {}}}]
+            messages = [{"role": "user", "content": "Put 42 in A1."}]
+            for _ in range(2):
+                reply = httpx.post(
+                    f"{base}/v1/chat/completions",
+                    headers={"Authorization": f"Bearer {key}"},
+                    json={"model": endpoint.model_name, "messages": messages, "tools": tools},
+                    timeout=120,
+                )
+                assert reply.status_code == 200, reply.text
+                messages += [reply.json()["choices"][0]["message"]]
+                messages += [{"role": "tool", "tool_call_id": "c", "content": "wrote"}]
+            entries = httpx.get(f"{base}/sessions/{key}/trace_entries").json()["entries"]
+            trace = training.TrainingTrace.from_entries(entries).model_dump_json()
+            traces.append(json.loads(trace))
+            own.append(session.capture.calls)
     finally:
         endpoint.close()
-    own = session.capture.calls
+    return traces, own
+
+
+def test_capture_server_in_front_of_the_endpoint_captures_what_it_sampled(tiny_model):
+    """OpenEnv's CaptureServer proxies spreadrl's endpoint; its trace is the endpoint's own
+    calls token for token, and it reads back as one joined sample."""
+    (trace,), (own,) = through_capture_server(tiny_model, 1)
     assert [
         (t["prompt_token_ids"], t["completion_token_ids"], t["per_token_logps"])
         for t in trace["turns"]
     ] == [(c.prompt_ids, c.completion_ids, c.logprobs) for c in own]
     samples, breaks = samples_from_trace(trace)
     assert breaks == 0 and len(samples) == 1
+
+
+def test_grpo_trains_on_what_the_capture_server_captured(
+    tiny_model, tiny_model_dir, tmp_path, monkeypatch, capsys
+):
+    """`spreadrl grpo` with rollout.traces naming a folder of the proxy's TrainingTraces
+    (a verifier's rewards beside them): it trains on those ids and the weights move."""
+    import sys
+
+    import torch
+    from safetensors.torch import load_file
+
+    from spreadrl.cli.main import main
+    from tests.train.test_grpo_smoke import RECIPE, _two_tasks
+
+    traces, _ = through_capture_server(tiny_model, 2, seed=4)
+    group = tmp_path / "traces" / "put-42"
+    group.mkdir(parents=True)
+    for i, trace in enumerate(traces):
+        (group / f"e{i}.json").write_text(json.dumps(trace))
+    (group / "rewards.json").write_text(json.dumps({"e0": 1.0, "e1": 0.0}))
+    tasks, _, _ = _two_tasks(tmp_path / "tasks")  # the recipe's data (the traces replace it)
+    out = tmp_path / "run"
+    args = ["spreadrl", "grpo", "--config", str(RECIPE)]
+    args += [
+        f"model.name_or_path={tiny_model_dir}",
+        f"data.train_tasks={tasks}",
+        f"output_dir={out}",
+        "steps=1",
+        "rollout.group_size=2",
+        "rollout.prompts_per_step=1",
+        f"rollout.traces={tmp_path / 'traces'}",
+        "sampling.mode=keep",
+        "optim.lr=1e-3",
+    ]
+    monkeypatch.setattr(sys, "argv", args)
+    with pytest.raises(SystemExit) as exit_info:
+        main()
+    assert exit_info.value.code in (0, None), capsys.readouterr().err
+    (metrics,) = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
+    assert metrics["trained_sequences"] == 2 and metrics["harness_errors"] == 0
+    generated = sum(len(t["completion_token_ids"]) for tr in traces for t in tr["turns"])
+    assert metrics["response_tokens"] > 0 and generated > 0
+    before = load_file(str(tiny_model_dir / "model.safetensors"))
+    after = load_file(str(out / "final" / "model.safetensors"))
+    moved = [k for k in before if not torch.equal(before[k], after[k])]
+    assert len(moved) > len(before) // 2, moved

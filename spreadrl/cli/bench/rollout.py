@@ -147,20 +147,26 @@ def _print_harness(
     result = against_harness(
         model, episodes=episodes, max_new_tokens=max_new_tokens, repeats=repeats, device=device
     )
-    table = Table("path", "median s", "each repeat (s)", "generated tokens")
-    for label in ("built-in", "endpoint"):
+    table = Table(
+        "path", "median s", "each repeat (s)", "in the engine (s)", "engine calls", "tokens"
+    )
+    for label in result["seconds"]:
         times = ", ".join(f"{t:.2f}" for t in result["seconds"][label])
         table.add_row(
             label,
             f"{result['median_s'][label]:.2f}",
             times,
+            ", ".join(f"{t:.2f}" for t in result["generate_s"][label]),
+            ", ".join(f"{n:g}" for n in result["engine_calls"][label]),
             str(result["generated_tokens"][label]),
         )
     console.print(table)
     same = "same tokens" if result["same_tokens"] else "NOT the same tokens"
     console.print(
         f"capturing endpoint overhead: {100 * result['overhead']:+.1f}% of the built-in "
-        f"loop's rollout time ({episodes} episodes, {same}, model {result['model']}, {device})"
+        f"loop's rollout time ({episodes} episodes, {same}, model {result['model']}, {device}); "
+        f"with a sandboxed interpreter per episode (rollout.harness_fork=false): "
+        f"{100 * result['overhead_no_fork']:+.1f}%"
     )
     if out is not None:
         out.write_text(json.dumps(result, indent=1))

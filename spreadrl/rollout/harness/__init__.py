@@ -3,8 +3,34 @@
 - :mod:`.capture`: each call's ids as the engine saw them, joined into samples;
 - :mod:`.endpoint`: the rollout policy served as an OpenAI-compatible chat endpoint;
 - :mod:`.program`: ``rollout.harness`` and the launcher that runs it in the sandbox;
-- :mod:`.episodes`: the episode runner GRPO uses in place of the built-in loop.
+- :mod:`.episodes`: the episode runner GRPO uses in place of the built-in loop;
+- :mod:`.forkserver`: one sandbox per rollout that imports the harness and forks episodes;
+- :mod:`.trace` and :mod:`.trace_folder`: OpenEnv ``TrainingTrace``s both ways, and a
+  folder of them as GRPO's episodes (``rollout.traces``).
 
 FastAPI and uvicorn (the ``serve`` extra) are imported when an endpoint starts.
 docs/harness.md walks from an existing agent to a trained checkpoint.
 """
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from spreadrl.env.config import EnvConfig
+    from spreadrl.rollout.config import RolloutConfig
+    from spreadrl.rollout.runner import EpisodeRunner
+
+
+def episode_runner(rollout: RolloutConfig, env: EnvConfig) -> EpisodeRunner:
+    """Who plays a GRPO step's episodes: a folder of traces (``rollout.traces``), a
+    harness (``rollout.harness``), or the built-in loop."""
+    from spreadrl.rollout.harness.episodes import HarnessEpisodes
+    from spreadrl.rollout.harness.trace_folder import TraceEpisodes
+    from spreadrl.rollout.runner import run_episodes
+
+    if rollout.traces:
+        return TraceEpisodes.of(rollout.traces)
+    if rollout.harness:
+        return HarnessEpisodes.of(rollout.harness, env)
+    return run_episodes

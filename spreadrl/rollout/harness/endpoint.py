@@ -16,8 +16,11 @@ tokens through either path.
 
 Concurrent calls of many episodes are batched into one ``policy.act`` call (the
 hf engine generates a batch at once; vLLM's ``act`` takes a batch too): a batch
-goes when every open session has a call waiting, or a short gathering window
-after its first call has passed.
+goes when every open session has a call waiting (the built-in loop's lockstep),
+or when a gathering window after its first call has passed: half the last engine
+call's time (at least :data:`GATHER_S`; :data:`GATHER_FIRST_S` before any), since a call that waits for the next batch
+waits a whole engine call, and a harness busy with its own tools should not hold
+the others back by more than that.
 
 A session refuses calls past the episode's budget (``rollout.max_turns``, the
 response tokens) with 429; a harness that keeps calling after
@@ -61,7 +64,11 @@ FLOOD_REFUSALS = 8
 MAX_IN_FLIGHT = 4
 """Calls one session may have waiting at once (a harness's loop makes one at a time)."""
 GATHER_S = 0.02
-"""How long a batch waits for more sessions' calls after its first one."""
+"""The shortest a batch waits for more sessions' calls after its first one."""
+GATHER_SHARE = 0.5
+"""The gathering window as a share of the last engine call's time."""
+GATHER_FIRST_S = 1.0
+"""The gathering window before any engine call was timed (a rollout's first batch)."""
 
 
 @dataclass
@@ -117,6 +124,8 @@ class CaptureEndpoint:
         self._server: Any = None
         self.port = 0
         self.generate_s = 0.0
+        self.engine_calls = 0  # policy.act calls: how well concurrent requests batched
+        self._last_act_s = 0.0
 
     # ---- lifecycle ----------------------------------------------------------------
     def start(self, app: Any) -> CaptureEndpoint:
@@ -146,11 +155,14 @@ class CaptureEndpoint:
         return self
 
     def close(self) -> None:
-        """Stop the server and the generation thread (calls still waiting fail)."""
+        """Stop the server and the generation thread (calls still waiting fail). The
+        server's thread is not waited for: uvicorn notices the flag on its next 0.1 s
+        tick and every session is closed already, so waiting would only add that tick
+        to each rollout."""
         if self._server is not None:
             self._server.should_exit = True
         self._queue.put(None)
-        for thread in self._threads:
+        for thread in self._threads[1:]:  # the generation thread
             thread.join(timeout=30)
         self._threads = []
 
@@ -231,15 +243,16 @@ class CaptureEndpoint:
             if first is None:
                 return
             batch = [first]
-            deadline = time.monotonic() + GATHER_S
+            window = GATHER_SHARE * self._last_act_s if self._last_act_s else GATHER_FIRST_S
+            deadline = time.monotonic() + max(GATHER_S, window)
             while len(batch) < self._waiting_sessions():
                 left = deadline - time.monotonic()
                 if left <= 0:
                     break
-                try:
-                    item = self._queue.get(timeout=left)
+                try:  # in slices: a session that ends while we wait lowers the count
+                    item = self._queue.get(timeout=min(left, GATHER_S))
                 except queue.Empty:
-                    break
+                    continue
                 if item is None:
                     self._fail(batch, RuntimeError("the endpoint closed"))
                     return
@@ -263,7 +276,9 @@ class CaptureEndpoint:
         except Exception as exc:  # the engine failed: every waiting call fails with it
             self._fail(batch, exc)
             return
-        self.generate_s += time.perf_counter() - t0
+        self._last_act_s = time.perf_counter() - t0
+        self.generate_s += self._last_act_s
+        self.engine_calls += 1
         for request, turn in zip(batch, turns, strict=True):
             request.done.set_result(_clipped(turn, request.budget))
 

@@ -27,10 +27,12 @@ from __future__ import annotations
 import logging
 import shutil
 import tempfile
+import threading
 import time
+import weakref
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from spreadrl.env.config import EnvConfig
@@ -40,10 +42,12 @@ from spreadrl.rollout.chat import EpisodeChat
 from spreadrl.rollout.config import RolloutConfig
 from spreadrl.rollout.episode import EnvPoolLike, EpisodeJob
 from spreadrl.rollout.harness.endpoint import CaptureEndpoint, Session, UnixRelay
+from spreadrl.rollout.harness.forkserver import ForkServer, ForkServerError
 from spreadrl.rollout.harness.program import (
     OUTSIDE_EXIT,
     OUTSIDE_MARK,
     HarnessProgram,
+    launcher_args,
     launcher_code,
 )
 from spreadrl.rollout.harness.trace import to_training_trace
@@ -67,6 +71,9 @@ class HarnessEpisodes:
     model_name: str = "spreadrl-policy"
     # keep each episode's calls as OpenEnv TrainingTrace JSON in metadata["training_trace"]
     keep_traces: bool = False
+    # the run's fork server (rollout.harness_fork), started by the first rollout
+    _forks: list[ForkServer] = field(default_factory=list, compare=False, repr=False)
+    _forks_lock: threading.Lock = field(default_factory=threading.Lock, compare=False, repr=False)
 
     @classmethod
     def of(cls, spec: str, env: EnvConfig) -> HarnessEpisodes:
@@ -92,10 +99,23 @@ class HarnessEpisodes:
 
         endpoint = CaptureEndpoint(policy, chat, cfg, run, model_name=self.model_name)
         endpoint.start(build_app(endpoint))
+        workers = max(1, min(MAX_PARALLEL, len(jobs)))
         try:
-            workers = max(1, min(MAX_PARALLEL, len(jobs)))
+            forks, broken = self._fork_server(cfg), ""
+        except ForkServerError as exc:  # every episode would fail alike: each is an error
+            forks, broken = None, str(exc)
+        try:
             with ThreadPoolExecutor(workers, thread_name_prefix="harness") as ex:
-                trajs = list(ex.map(lambda job: self._episode(endpoint, job, cfg), jobs))
+                trajs = list(
+                    ex.map(
+                        lambda job: (
+                            self._episode(endpoint, job, cfg, forks)
+                            if not broken
+                            else _crashed(self._trajectory(job), broken, "")
+                        ),
+                        jobs,
+                    )
+                )
         finally:
             endpoint.close()
         generate_s = endpoint.generate_s
@@ -104,6 +124,7 @@ class HarnessEpisodes:
                 on_episode_done(traj)
         timings = {
             "generate_s": generate_s,
+            "harness_engine_calls": float(endpoint.engine_calls),
             "harness_s": time.perf_counter() - t0,
             "harness_prefix_breaks": float(
                 sum(t.metadata.get("harness_prefix_breaks", 0) for t in trajs)
@@ -112,21 +133,56 @@ class HarnessEpisodes:
         }
         return RolloutBatch(trajs, timings)
 
-    def _episode(
-        self, endpoint: CaptureEndpoint, job: EpisodeJob, cfg: RolloutConfig
-    ) -> Trajectory:
-        """One episode: a private copy, the harness in the sandbox, the checker's verdict."""
-        traj = Trajectory(
-            task_id=job.task.id,
-            case=job.case,
-            sample=job.sample,
-            messages=[],
-            metadata={"family": job.task.family, "harness": self.program.spec},
-        )
+    def _fork_server(self, cfg: RolloutConfig) -> ForkServer | None:
+        """The run's fork server (``rollout.harness_fork``), started by the first rollout
+        and kept for the next ones (again if it died); None for a sandbox per episode. A
+        harness that fails to import fails here, as each of its episodes would."""
+        if not cfg.harness_fork or self.program.kind == "command":
+            return None
+        with self._forks_lock:
+            if self._forks and self._forks[0].alive:
+                return self._forks[0]
+            for server in self._forks:
+                server.close()
+            self._forks.clear()
+            root = Path(tempfile.mkdtemp(prefix="spreadrl-harness-", dir=self._root()))
+            server = ForkServer(
+                self.program,
+                root,
+                self._limits(cfg),
+                mode=self.env.sandbox_mode,
+                episodes=MAX_PARALLEL,
+            )
+            self._forks.append(server.start())
+            weakref.finalize(self, server.close)  # a runner dropped takes its server along
+            return server
+
+    def close(self) -> None:
+        """End the fork server, if one runs (it also ends with this process)."""
+        with self._forks_lock:
+            for server in self._forks:
+                server.close()
+            self._forks.clear()
+
+    def _root(self) -> Path | None:
         root = Path(self.workdir_root) if self.workdir_root else None
         if root is not None:
             root.mkdir(parents=True, exist_ok=True)
-        folder = Path(tempfile.mkdtemp(prefix="spreadrl-harness-", dir=root))
+        return root
+
+    def _episode(
+        self,
+        endpoint: CaptureEndpoint,
+        job: EpisodeJob,
+        cfg: RolloutConfig,
+        forks: ForkServer | None = None,
+    ) -> Trajectory:
+        """One episode: a private copy, the harness in the sandbox, the checker's verdict."""
+        traj = self._trajectory(job)
+        if forks is not None:
+            folder = forks.folder()
+        else:
+            folder = Path(tempfile.mkdtemp(prefix="spreadrl-harness-", dir=self._root()))
         session = endpoint.open_session(job.episode_id)
         relay = None
         try:
@@ -134,7 +190,7 @@ class HarnessEpisodes:
             workbook = folder / Path(case.input_path).name
             shutil.copyfile(case.input_path, workbook)
             relay = UnixRelay(folder / ".endpoint.sock", endpoint.port)
-            code = launcher_code(
+            args = launcher_args(
                 self.program,
                 instruction=job.task.instruction,
                 workbook=workbook,
@@ -143,14 +199,18 @@ class HarnessEpisodes:
                 model=endpoint.model_name,
             )
             started = time.monotonic()
-            result = run_python(
-                code,
-                folder,
-                self._limits(cfg),
-                mode=self.env.sandbox_mode,
-                read_only=self.program.read_only,
-                stop=session.stop,
-            )
+            if forks is not None:
+                forks.own(workbook)
+                result = forks.run(args, cfg.episode_wall_time_s, session.stop)
+            else:
+                result = run_python(
+                    launcher_code(args),
+                    folder,
+                    self._limits(cfg),
+                    mode=self.env.sandbox_mode,
+                    read_only=self.program.read_only,
+                    stop=session.stop,
+                )
             traj.timings["wall_s"] = time.monotonic() - started
             session.stop.set()
             relay.close()
@@ -191,6 +251,15 @@ class HarnessEpisodes:
             shutil.rmtree(folder, ignore_errors=True)
         return traj
 
+    def _trajectory(self, job: EpisodeJob) -> Trajectory:
+        return Trajectory(
+            task_id=job.task.id,
+            case=job.case,
+            sample=job.sample,
+            messages=[],
+            metadata={"family": job.task.family, "harness": self.program.spec},
+        )
+
     def _limits(self, cfg: RolloutConfig) -> SandboxLimits:
         """The code interpreter's limits, with the episode's time (a whole episode runs)."""
         wall = cfg.episode_wall_time_s
@@ -216,12 +285,13 @@ def _failure(result: SandboxResult, session: Session, cfg: RolloutConfig) -> str
     return None
 
 
-def _crashed(traj: Trajectory, why: str, stderr: str) -> None:
+def _crashed(traj: Trajectory, why: str, stderr: str) -> Trajectory:
     traj.stop_reason = EndReason.ERROR
     traj.error = why
     traj.traceback = stderr[-8000:] or None
     traj.env_reward = traj.reward = 0.0
     traj.passed = False
+    return traj
 
 
 def _fill_tokens(traj: Trajectory, session: Session) -> None:

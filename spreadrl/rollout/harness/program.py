@@ -92,7 +92,7 @@ def readable_roots(files: list[Path]) -> tuple[str, ...]:
     return tuple(sorted(roots))
 
 
-def launcher_code(
+def launcher_args(
     program: HarnessProgram,
     *,
     instruction: str,
@@ -100,9 +100,10 @@ def launcher_code(
     socket_path: Path,
     url_path: str,
     model: str,
-) -> str:
-    """The Python source the sandbox runs for one episode (given on stdin)."""
-    args = {
+) -> dict[str, object]:
+    """What the launcher (or a forked episode, :mod:`~spreadrl.rollout.harness.forkserver`)
+    needs of one episode."""
+    return {
         "kind": program.kind,
         "target": program.target,
         "function": program.function,
@@ -116,10 +117,20 @@ def launcher_code(
         "outside_exit": OUTSIDE_EXIT,
         "outside_mark": OUTSIDE_MARK,
     }
-    return f"import json\nARGS = json.loads({json.dumps(json.dumps(args))})\n" + _LAUNCHER
 
 
-_LAUNCHER = r"""
+def with_args(args: dict[str, object], body: str) -> str:
+    """``body`` (source using :data:`LAUNCHER_DEFS`) preceded by ``ARGS`` and those defs."""
+    return f"import json\nARGS = json.loads({json.dumps(json.dumps(args))})\n{LAUNCHER_DEFS}{body}"
+
+
+def launcher_code(args: dict[str, object]) -> str:
+    """The Python source the sandbox runs for one episode (given on stdin); ``args``:
+    :func:`launcher_args`."""
+    return with_args(args, _LAUNCHER)
+
+
+LAUNCHER_DEFS = r"""
 import importlib, importlib.util, os, shlex, socket, subprocess, sys, tempfile, threading
 
 FOLDER = os.path.realpath(ARGS["folder"])
@@ -165,47 +176,63 @@ def _pump(src, dst):
             pass
 
 
-def _relay(server):
+def _relay(server, name):
     while True:
         client, _ = server.accept()
         upstream = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-        upstream.connect(os.path.basename(ARGS["socket"]))  # relative: the cwd is FOLDER
+        upstream.connect(name)  # relative: the cwd is the episode's folder
         for a, b in ((client, upstream), (upstream, client)):
             threading.Thread(target=_pump, args=(a, b), daemon=True).start()
 
 
-server = socket.socket()
-server.bind(("127.0.0.1", 0))
-server.listen(64)
-threading.Thread(target=_relay, args=(server,), daemon=True).start()
-base_url = f"http://127.0.0.1:{server.getsockname()[1]}{ARGS['path']}"
-scratch = os.path.join(FOLDER, ".tmp")
-os.makedirs(scratch, exist_ok=True)
-os.environ.update(
-    TMPDIR=scratch,
-    OPENAI_BASE_URL=base_url,
-    OPENAI_API_KEY="spreadrl",
-    SPREADRL_MODEL=ARGS["model"],
-    SPREADRL_INSTRUCTION=ARGS["instruction"],
-    SPREADRL_WORKBOOK=ARGS["workbook"],
-)
-tempfile.tempdir = scratch
-os.chdir(FOLDER)
+def _enter(args):
+    # relay a loopback port to the endpoint's socket, set the episode's environment,
+    # enter its folder; the harness's base URL
+    server = socket.socket()
+    server.bind(("127.0.0.1", 0))
+    server.listen(64)
+    name = os.path.basename(args["socket"])
+    threading.Thread(target=_relay, args=(server, name), daemon=True).start()
+    base_url = f"http://127.0.0.1:{server.getsockname()[1]}{args['path']}"
+    scratch = os.path.join(FOLDER, ".tmp")
+    os.makedirs(scratch, exist_ok=True)
+    os.environ.update(
+        TMPDIR=scratch,
+        OPENAI_BASE_URL=base_url,
+        OPENAI_API_KEY="spreadrl",
+        SPREADRL_MODEL=args["model"],
+        SPREADRL_INSTRUCTION=args["instruction"],
+        SPREADRL_WORKBOOK=args["workbook"],
+    )
+    tempfile.tempdir = scratch
+    os.chdir(FOLDER)
+    return base_url
+
+
+def _load(args):
+    if args["kind"] == "file":
+        spec = importlib.util.spec_from_file_location("spreadrl_harness", args["target"])
+        module = importlib.util.module_from_spec(spec)
+        sys.modules["spreadrl_harness"] = module
+        spec.loader.exec_module(module)
+        return module
+    sys.path[:0] = args["roots"]
+    return importlib.import_module(args["target"])
+
+
+def _play(module, args, base_url):
+    getattr(module, args["function"])(
+        instruction=args["instruction"],
+        workbook=args["workbook"],
+        base_url=base_url,
+        model=args["model"],
+    )
+"""
+
+_LAUNCHER = r"""
+base_url = _enter(ARGS)
 if ARGS["kind"] == "command":
     sys.exit(subprocess.call(shlex.split(ARGS["target"])))
 sys.addaudithook(_audit)
-if ARGS["kind"] == "file":
-    spec = importlib.util.spec_from_file_location("spreadrl_harness", ARGS["target"])
-    module = importlib.util.module_from_spec(spec)
-    sys.modules["spreadrl_harness"] = module
-    spec.loader.exec_module(module)
-else:
-    sys.path[:0] = ARGS["roots"]
-    module = importlib.import_module(ARGS["target"])
-getattr(module, ARGS["function"])(
-    instruction=ARGS["instruction"],
-    workbook=ARGS["workbook"],
-    base_url=base_url,
-    model=ARGS["model"],
-)
+_play(_load(ARGS), ARGS, base_url)
 """

@@ -101,10 +101,11 @@ def test_hf_policy_through_the_endpoint_samples_what_the_loop_samples(tmp_path, 
         ("silent", "never called the model"),
     ],
 )
-def test_a_misbehaving_harness_is_an_episode_error(tmp_path, chat, function, why):
+@pytest.mark.parametrize("fork", [True, False], ids=["forked", "sandbox-per-episode"])
+def test_a_misbehaving_harness_is_an_episode_error(tmp_path, chat, function, why, fork):
     task = workbook_task(tmp_path)
     jobs = [EpisodeJob(task, 1, 0), EpisodeJob(task, 1, 1)]
-    cfg = RolloutConfig(max_turns=4, episode_wall_time_s=5.0)
+    cfg = RolloutConfig(max_turns=4, episode_wall_time_s=5.0, harness_fork=fork)
     policy = ScriptedTokenPolicy(chat.tokenizer, chat.fmt.stop_ids[0])
     out = harness(function, tmp_path)(policy, None, jobs, cfg, chat, run=RunValues(seed=1))
     assert out.timings["harness_errors"] == 2
@@ -112,6 +113,64 @@ def test_a_misbehaving_harness_is_an_episode_error(tmp_path, chat, function, why
         assert traj.stop_reason == EndReason.ERROR and traj.crashed
         assert why in traj.error
     assert not (tmp_path / "episodes" / "escaped.txt").exists()
+
+
+@pytest.mark.parametrize("fork", [True, False], ids=["forked", "sandbox-per-episode"])
+def test_a_harness_that_fails_to_import_makes_every_episode_an_error(tmp_path, chat, fork):
+    broken = tmp_path / "broken_agent.py"
+    broken.write_text("raise RuntimeError('broken at import')\n\ndef run(**kw):\n    pass\n")
+    runner = HarnessEpisodes(
+        HarnessProgram.parse(f"{broken}:run"), EnvConfig(), workdir_root=str(tmp_path / "ep")
+    )
+    jobs = [EpisodeJob(workbook_task(tmp_path), 1, s) for s in range(2)]
+    cfg = RolloutConfig(max_turns=2, harness_fork=fork)
+    policy = ScriptedTokenPolicy(chat.tokenizer, chat.fmt.stop_ids[0])
+    out = runner(policy, None, jobs, cfg, chat, run=RunValues(seed=1))
+    assert out.timings["harness_errors"] == 2
+    assert all(t.crashed and "broken at import" in t.error for t in out.trajectories)
+
+
+def test_the_fork_server_imports_the_harness_once_and_forks_each_episode(tmp_path):
+    """Two episodes: the same import (a token drawn at import time), two processes, both
+    children of the server; each writes only in its own folder."""
+    import threading
+
+    from spreadrl.env.sandbox import SandboxLimits
+    from spreadrl.rollout.harness.forkserver import ForkServer
+    from spreadrl.rollout.harness.program import launcher_args
+
+    agent = tmp_path / "token_agent.py"
+    agent.write_text(
+        "import os, random\nTOKEN = random.random()\n\n"
+        "def run(instruction, workbook, base_url, model):\n"
+        "    with open(workbook, 'w') as fh:\n"
+        "        fh.write(f'{TOKEN} {os.getpid()} {os.getppid()}')\n"
+    )
+    program = HarnessProgram.parse(f"{agent}:run")
+    root = tmp_path / "root"
+    root.mkdir()
+    server = ForkServer(program, root, SandboxLimits(), mode="auto", episodes=2).start()
+    seen = []
+    try:
+        for _ in range(2):
+            folder = server.folder()
+            args = launcher_args(
+                program,
+                instruction="x",
+                workbook=folder / "book.txt",
+                socket_path=folder / ".endpoint.sock",
+                url_path="/v1",
+                model="m",
+            )
+            result = server.run(args, 30, threading.Event())
+            assert result.exit_code == 0 and result.error is None, result.stderr
+            seen.append((folder / "book.txt").read_text().split())
+    finally:
+        server.close()
+    (token_a, pid_a, parent_a), (token_b, pid_b, parent_b) = seen
+    assert token_a == token_b  # imported once
+    assert pid_a != pid_b and parent_a == parent_b  # a process each, forked by one server
+    assert not root.exists()  # closing removes the server's folder
 
 
 def test_a_rerendered_history_breaks_into_samples_that_share_the_advantage(tmp_path, chat):
