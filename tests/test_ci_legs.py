@@ -33,3 +33,22 @@ def test_the_heavy_leg_holds_the_readme_session_and_the_torchrun_signals():
     assert signals.pytestmark.name == "heavy"
     # the docs that start from the README's session go with it (or they would run it)
     assert all(docs.starts_after_readme(p) for p in docs.DOCS)
+
+
+def test_the_docs_pages_marked_envs_run_in_the_envs_leg_not_the_docs_job():
+    """A page that needs verifiers or openenv (docs-test: envs) is left out of the docs
+    job's venv and run by make test-envs in its verifiers venv, where its commands are."""
+    from tests.docs import test_docs_blocks as docs
+
+    assert docs.ENVS_DOCS, "no docs page is marked docs-test: envs"
+    assert not set(docs.ENVS_DOCS) & set(docs.DOCS)
+    assert all(docs.runnable(page) for page in docs.ENVS_DOCS)
+    makefile = (ROOT / "Makefile").read_text()
+    assert (
+        "ENVS_VF_TESTS := tests/envs/test_verifiers_spreadsheet.py tests/envs/test_docs_envs.py\n"
+        in makefile
+    )
+    assert "$(ENVS_VF_PY) -m pytest -q -m envs $(ENVS_VF_TESTS)" in makefile
+    assert "make test-envs" in (ROOT / ".ci" / "run").read_text().splitlines()
+    source = (ROOT / "tests" / "envs" / "test_docs_envs.py").read_text()
+    assert "pytestmark = pytest.mark.envs" in source and "run_doc(page" in source

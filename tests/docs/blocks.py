@@ -12,7 +12,10 @@ source, not on the rendered page):
 
 A file may say once, anywhere, ``<!-- docs-test: after README -->``: its blocks start
 in a copy of the folder the README's session left (its models and runs), as a reader
-who followed the README would.
+who followed the README would. A file that says ``<!-- docs-test: envs -->`` needs the
+standard-environment packages (verifiers, openenv): the docs job leaves it to the
+standard-environment leg (``make test-envs``), which runs its blocks in its venv
+(tests/envs/test_docs_envs.py).
 """
 
 from __future__ import annotations
@@ -24,8 +27,9 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[2]
 COMMAND_INFOS = ("bash", "sh")
 MARKER = re.compile(
-    r"<!--\s*docs-test:\s*(?P<kind>skip|background|after README)\b,?\s*(?P<why>.*?)\s*-->"
+    r"<!--\s*docs-test:\s*(?P<kind>skip|background|after README|envs)\b,?\s*(?P<why>.*?)\s*-->"
 )
+FILE_MARKERS = ("after README", "envs")  # said once per file, not of one block
 FENCE = re.compile(r"^(?P<fence>```+|~~~+)\s*(?P<info>[^`]*)$")
 
 
@@ -80,7 +84,7 @@ def _marker_above(lines: list[str], fence_line: int) -> tuple[str, str]:
     while j >= 0 and not lines[j].strip():
         j -= 1
     found = MARKER.search(lines[j]) if j >= 0 else None
-    if not found or found["kind"] == "after README":
+    if not found or found["kind"] in FILE_MARKERS:
         return "", ""
     return found["kind"], found["why"]
 
@@ -88,6 +92,11 @@ def _marker_above(lines: list[str], fence_line: int) -> tuple[str, str]:
 def starts_after_readme(path: Path) -> bool:
     """Whether ``path`` asks to start from the README session's folder."""
     return "<!-- docs-test: after README -->" in path.read_text()
+
+
+def runs_in_envs_leg(path: Path) -> bool:
+    """Whether ``path``'s blocks run in the standard-environment leg, not the docs job."""
+    return "<!-- docs-test: envs -->" in path.read_text()
 
 
 def commands(block: Block) -> list[str]:

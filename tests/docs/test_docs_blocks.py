@@ -20,7 +20,14 @@ from pathlib import Path
 
 import pytest
 
-from tests.docs.blocks import ROOT, Block, doc_files, read_blocks, starts_after_readme
+from tests.docs.blocks import (
+    ROOT,
+    Block,
+    doc_files,
+    read_blocks,
+    runs_in_envs_leg,
+    starts_after_readme,
+)
 from tests.docs.script import file_script
 
 FILES = doc_files()
@@ -34,15 +41,17 @@ def skipped() -> list[Block]:
     return [b for p in FILES for b in read_blocks(p) if b.is_command and b.marker == "skip"]
 
 
-def run_doc(path: Path, workdir: Path) -> str:
-    """Run ``path``'s command blocks in ``workdir``; return the output, failing on an error."""
+def run_doc(path: Path, workdir: Path, *, own_network: bool = True) -> str:
+    """Run ``path``'s command blocks in ``workdir``; return the output, failing on an error.
+    ``own_network``: in a network namespace of its own when bubblewrap is there (off for a
+    file whose tools fetch packages, as verifiers' harness does with uv)."""
     script = workdir / ".docs-test.sh"
     script.write_text(file_script(runnable(path)))
     env = dict(os.environ)
     env["PATH"] = f"{Path(sys.executable).parent}{os.pathsep}{env.get('PATH', '')}"
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT), env.get("PYTHONPATH")]))
     argv = ["bash", str(script)]
-    if shutil.which("bwrap"):
+    if own_network and shutil.which("bwrap"):
         argv = ["bwrap", "--dev-bind", "/", "/", "--unshare-net", "--die-with-parent", *argv]
     done = subprocess.run(
         argv, cwd=workdir, env=env, capture_output=True, text=True, timeout=1700, check=False
@@ -82,7 +91,8 @@ def test_readme_session_runs_as_written_and_ends_with_real_episodes(readme_sessi
     assert report["mean_turns"] >= 1, report
 
 
-DOCS = [p for p in FILES if p.name != "README.md" and runnable(p)]
+DOCS = [p for p in FILES if p.name != "README.md" and not runs_in_envs_leg(p) and runnable(p)]
+ENVS_DOCS = [p for p in FILES if runs_in_envs_leg(p)]  # run by make test-envs
 
 
 @pytest.mark.slow
@@ -106,6 +116,10 @@ def test_skipped_blocks_are_listed_with_a_reason(capsys):
         print("\ndocs blocks not run here:")
         for block in blocks:
             print(f"  {block.where}: {block.why}")
+        for path in ENVS_DOCS:
+            print(
+                f"  {path.relative_to(ROOT)}: run by make test-envs (tests/envs/test_docs_envs.py)"
+            )
 
 
 def test_no_command_hides_in_an_untagged_or_text_block():

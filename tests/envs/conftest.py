@@ -1,8 +1,9 @@
 """Fixtures of the standard-environment leg (``make test-envs``; tests marked ``envs``).
 
-These tests need the ``openenv``, ``verifiers`` and ``bench`` (TRL) extras and the
-Hub module ``integrations/verifiers``: they run in
-``.venv-envs`` and fail, never skip, when a package is missing. ``tasks_dir``
+These tests need the ``openenv`` and ``bench`` (TRL) extras (``.venv-envs``), or the
+``verifiers`` extra and the taskset ``packages/verifiers-spreadsheet``
+(``.venv-envs-vf``: the verifiers tests and the docs pages marked envs), and fail, never
+skip, when a package is missing. ``tasks_dir``
 is a small synthesized task set with reference solutions; ``openenv_url`` is
 ``spreadrl env serve`` itself, started as a subprocess on a free port.
 """
