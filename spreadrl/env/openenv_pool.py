@@ -23,7 +23,9 @@ What the loop needs from the server:
 
 The task's id and case go to ``reset`` (``task_id``, ``case``; a server whose
 ``reset`` takes neither ignores them, as openenv drops keyword arguments a
-``reset`` does not accept). The server's own prompt opens the episode: its
+``reset`` does not accept). A server that brings its own tasks needs no spreadrl
+task set: ``openenv:<n>`` (``data.train_tasks``, ``--tasks``) is n episodes,
+episode i reset with ``seed=i`` alone. The server's own prompt opens the episode: its
 ``instruction``, else its reset observation's text (``text``, ``prompt``,
 ``message``, ``echoed_message``, else the observation as JSON); the system prompt
 is ``system_prompt`` when given, else the recipe's.
@@ -47,6 +49,7 @@ from typing import Any
 
 import httpx
 
+from spreadrl.data.sources import OPENENV_SOURCE
 from spreadrl.data.task import Task
 from spreadrl.env.types import EndReason, EpisodeResult, Mismatch, Observation, StepResult, ToolCall
 from spreadrl.errors import SpreadrlError
@@ -172,7 +175,7 @@ class OpenEnvPool:
             )
             try:
                 await client.connect()
-                return client, await client.reset(task_id=task.id, case=case)
+                return client, await client.reset(**reset_arguments(task, case))
             except Exception as exc:
                 await client.close()
                 if not _at_capacity(exc) or loop.time() + delay > deadline:
@@ -332,6 +335,14 @@ def answer_field(action: dict[str, Any]) -> str | None:
     if len(required) == 1 and (props.get(required[0]) or {}).get("type") == "string":
         return required[0]
     return None
+
+
+def reset_arguments(task: Task, case: int) -> dict[str, Any]:
+    """What ``reset`` gets: the task's id and case, or for an episode of the server's own
+    tasks (``openenv:<n>``) its seed alone."""
+    if task.source == OPENENV_SOURCE:
+        return {"seed": int(task.metadata["seed"])}
+    return {"task_id": task.id, "case": case}
 
 
 def session_cap(pool: object) -> int | None:

@@ -88,7 +88,11 @@ class ModelConfig(Section):
 
 @dataclass(frozen=True)
 class DataConfig(Section):
-    train_tasks: str = option("builtin:train", "Task folder (native layout) or builtin:<split>.")
+    train_tasks: str = option(
+        "builtin:train",
+        "Task folder (native layout), builtin:<split>, or openenv:<n>: n episodes of an "
+        "env.kind openenv server that brings its own tasks (episode i reset with seed i).",
+    )
     max_prompt_tokens: int = option(
         0, "Prompt budget: tasks whose first prompt is longer are skipped (0 = no limit)."
     )
@@ -98,8 +102,9 @@ class DataConfig(Section):
 class RewardConfig(Section):
     outcome: bool = option(
         True,
-        "Binary outcome reward (1 iff every answer cell matches); "
-        "tool_call_reward replaces it when on.",
+        "Outcome reward: the environment's own (the checker's 1 iff every answer cell "
+        "matches; a foreign OpenEnv server's as it grades); tool_call_reward replaces it "
+        "when on.",
     )
     tool_call_reward: bool = option(
         False, "GRPO-TCR: wrong answers get -1 + per_call x calls, capped."

@@ -79,7 +79,12 @@ def score_groups(
     values, breakdowns = [], []
     for t in trajs:
         value, terms = shape_reward(
-            reward, t.passed, t.tool_calls, len(t.response_ids), max_length=max_response_tokens
+            reward,
+            t.passed,
+            t.tool_calls,
+            len(t.response_ids),
+            max_length=max_response_tokens,
+            env_reward=t.env_reward,
         )
         t.reward = value
         values.append(value)

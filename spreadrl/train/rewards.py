@@ -1,6 +1,8 @@
 """Reward terms of GRPO-TCR, each a pure function, composed by ``shape_reward``.
 
-- outcome: 1.0 iff every answer cell matches (the checker's verdict), else 0.0;
+- outcome: 1.0 iff every answer cell matches (the checker's verdict), else 0.0; for
+  an environment that grades (a foreign OpenEnv server's own reward, say 0.1 a
+  character), that reward as the environment sent it;
 - tool-call reward (TCR, DemyAgent / GRPO-TCR): a correct answer gets
   ``correct`` (1.0); a wrong one gets ``wrong + per_call * calls`` (-1 + 0.1
   per tool call) but never more than ``cap`` (-0.6), so trying tools pays a
@@ -74,8 +76,13 @@ def shape_reward(
     response_length: int,
     *,
     max_length: int | None = None,
+    env_reward: float | None = None,
 ) -> tuple[float, dict[str, float]]:
     """The configured reward of one episode and its breakdown by term.
+
+    The outcome term is ``env_reward`` when given (the environment's own reward: the
+    checker's 1.0 or 0.0 for spreadrl's environments, whatever a foreign OpenEnv
+    server grades), else ``outcome_reward(passed)``.
 
     ``cfg`` is a RewardConfig. With ``cfg.tool_call_reward`` on, TCR replaces
     the binary outcome (it already gives ``tcr_correct`` for a correct answer,
@@ -96,7 +103,7 @@ def shape_reward(
             cap=cfg.tcr_cap,
         )
     elif cfg.outcome:
-        terms["outcome"] = outcome_reward(passed)
+        terms["outcome"] = outcome_reward(passed) if env_reward is None else env_reward
     if cfg.overlong:
         limit = cfg.overlong_limit(max_length or 0)
         if not limit:

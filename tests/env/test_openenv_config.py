@@ -22,3 +22,13 @@ def test_url_without_openenv_is_refused():
 def test_openenv_has_no_in_process_environment():
     with pytest.raises(SpreadrlError, match="make_env_pool"):
         env_factory(EnvConfig(kind="openenv", url="http://127.0.0.1:8000"))
+
+
+def test_a_reset_names_the_task_or_for_the_servers_own_tasks_only_the_seed():
+    from spreadrl.data.sources import resolve_tasks
+    from spreadrl.env.openenv_pool import reset_arguments
+
+    own = resolve_tasks("openenv:3").tasks[2]
+    assert reset_arguments(own, 1) == {"seed": 2}
+    task = resolve_tasks("builtin-code:test").tasks[0]
+    assert reset_arguments(task, 1) == {"task_id": task.id, "case": 1}

@@ -219,3 +219,69 @@ def test_grpo_trains_two_steps_on_the_unmodified_echo_environment(
     after = load_file(str(out / "final" / "model.safetensors"))
     moved = [name for name in before if not torch.equal(before[name], after[name])]
     assert moved, "no weight changed in two GRPO steps"
+
+
+@contextmanager
+def length_server(tmp: Path) -> Iterator[str]:
+    """tests/envs/length_env.py on openenv's own server code (create_app, uvicorn)."""
+    port = _free_port()
+    root = Path(__file__).resolve().parents[2]
+    log = tmp / f"length-env-{port}.log"
+    with log.open("wb") as out:
+        process = subprocess.Popen(
+            [sys.executable, "-m", "uvicorn", "tests.envs.length_env:app", "--port", str(port)],
+            cwd=root,
+            env={**os.environ, "PYTHONPATH": str(root)},
+            stdout=out,
+            stderr=subprocess.STDOUT,
+        )
+    url = f"http://127.0.0.1:{port}"
+    try:
+        for _ in range(200):
+            assert process.poll() is None, log.read_text(errors="replace")
+            try:
+                if httpx.get(f"{url}/health", timeout=1).status_code == 200:
+                    break
+            except httpx.HTTPError:
+                time.sleep(0.3)
+        else:
+            raise AssertionError("the length environment did not start")
+        yield url
+    finally:
+        process.terminate()
+        process.wait(timeout=20)
+
+
+def test_grpo_trains_two_steps_on_a_foreign_environment_without_a_task_set(
+    tmp_path, tiny_model_dir
+):
+    """A non-spreadsheet environment with a real reward (tests/envs/length_env.py: 1.0
+    for a reply of exactly the asked length, less the further off) brings its own
+    prompts: no spreadrl task set (data.train_tasks=openenv:4, episode i reset with seed
+    i), the task text from its reset observation, the system prompt from
+    env.system_prompt. Its action is one text field, so the model's final answer is the
+    action, and GRPO trains on the reward the server gives it, graded as it is (not cut
+    to 1 or 0 as the checker's pass). Two steps: no episode crashes, the rewards vary,
+    the weights move."""
+    from safetensors.torch import load_file
+
+    out = tmp_path / "run"
+    with length_server(tmp_path) as url:
+        env = ["env.kind=openenv", f"env.url={url}", "data.train_tasks=openenv:4"]
+        env += ["env.system_prompt=Answer in plain text."]
+        env += ["rollout.max_new_tokens_per_turn=3", "reward.overlong=false"]
+        train_grpo(_grpo_cfg(tiny_model_dir, out, env))
+    rows = [json.loads(line) for line in (out / "trajectories.jsonl").read_text().splitlines()]
+    assert len(rows) == 2 * 4
+    assert [r["error"] for r in rows] == [None] * len(rows)
+    prompts = {r["messages"][1]["content"] for r in rows}
+    assert all(p.startswith("Reply with a message of exactly ") for p in prompts), prompts
+    assert all(r["messages"][0]["content"] == "Answer in plain text." for r in rows)
+    rewards = [r["reward"] for r in rows]
+    assert rewards == [r["env_reward"] for r in rows]  # the server's reward, as it grades
+    assert len(set(rewards)) > 1 and any(0.0 < r < 1.0 for r in rewards), rewards
+    assert [m["step"] for m in _metrics(out)] == [1, 2]
+    before = load_file(str(tiny_model_dir / "model.safetensors"))
+    after = load_file(str(out / "final" / "model.safetensors"))
+    moved = [name for name in before if not torch.equal(before[name], after[name])]
+    assert moved, "no weight changed in two GRPO steps"

@@ -96,3 +96,14 @@ def test_overlong_limit_falls_back_to_the_rollout_budget():
     assert shape_reward(cfg, True, 0, 95, max_length=100)[1]["overlong"] == pytest.approx(-0.75)
     with pytest.raises(ValueError, match="overlong_max_length or max_length"):
         shape_reward(cfg, True, 0, 95)
+
+
+def test_the_outcome_is_the_environments_own_reward_when_it_grades():
+    """A foreign OpenEnv server grades as it likes (echo: 0.1 a character): GRPO trains on
+    that reward. Read as passed (reward >= 1.0), a 6-character echo answer scored 0.0."""
+    cfg = RewardConfig()
+    assert shape_reward(cfg, False, 0, 10, env_reward=0.6) == (0.6, {"outcome": 0.6})
+    assert shape_reward(cfg, True, 0, 10, env_reward=1.0) == (1.0, {"outcome": 1.0})
+    assert shape_reward(cfg, False, 0, 10) == (0.0, {"outcome": 0.0})  # no env reward: passed
+    tcr = replace(cfg, tool_call_reward=True)  # TCR keeps judging by passed
+    assert shape_reward(tcr, False, 0, 10, env_reward=0.6)[1] == {"tcr": -1.0}
