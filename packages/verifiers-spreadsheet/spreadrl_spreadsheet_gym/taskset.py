@@ -12,8 +12,8 @@ from pathlib import Path
 import verifiers.v1 as vf
 
 from spreadrl.data.sources import resolve_tasks
-from spreadrl.env import checker as gym_checker
-from spreadrl.env.episode import SpreadsheetEnv, replay
+from spreadrl.env.spreadsheet import checker as gym_checker
+from spreadrl.env.spreadsheet.episode import SpreadsheetEnv, replay
 from spreadrl.rollout.config import DEFAULT_SYSTEM_PROMPT
 from spreadrl_spreadsheet_gym.toolset import (
     WORKBOOK,

@@ -23,7 +23,7 @@ from mcp.types import CallToolResult, TextContent, Tool
 
 from spreadrl.data.task import Task, TaskCase
 from spreadrl.env.config import EnvConfig
-from spreadrl.env.episode import SpreadsheetEnv
+from spreadrl.env.spreadsheet.episode import SpreadsheetEnv
 from spreadrl.env.types import ToolCall
 
 WORKBOOK = "workbook.xlsx"
