@@ -43,6 +43,8 @@ from typing import Any
 import torch
 from torch import nn
 
+from spreadrl.train.distributed import is_fsdp
+
 # Below this many shared tokens a group's prefix is not worth a second forward call.
 MIN_SHARED_PREFIX = 32
 
@@ -242,21 +244,13 @@ def prefix_sharing(model: nn.Module, min_tokens: int) -> int:
     collectives in an order that differs between ranks, and a two-rank run hung.
     Both take the plain path, one full row per sample (the same values).
     """
-    if _is_fsdp(model):
+    if is_fsdp(model):
         return 0
     for name in ("is_activation_checkpointing", "is_gradient_checkpointing"):  # transformers 5, 4
         on = getattr(model, name, None)  # a peft wrapper forwards it to its base model
         if on is not None:
             return 0 if on else min_tokens
     return min_tokens
-
-
-def _is_fsdp(model: nn.Module) -> bool:
-    try:
-        from torch.distributed.fsdp import FSDPModule
-    except ImportError:  # torch without FSDP2
-        return False
-    return any(isinstance(m, FSDPModule) for m in model.modules())
 
 
 def pack(

@@ -181,6 +181,15 @@ def release_for_generation(model: nn.Module, optimizer: Optimizer, device: str) 
         torch.cuda.empty_cache()
 
 
+def is_fsdp(model: nn.Module) -> bool:
+    """Whether FSDP2 shards ``model`` (or any module inside it)."""
+    try:
+        from torch.distributed.fsdp import FSDPModule
+    except ImportError:  # torch without FSDP2
+        return False
+    return any(isinstance(m, FSDPModule) for m in model.modules())
+
+
 def all_reduce(value: float, op: str = "sum") -> float:
     """Sum or max of a number over ranks (the number itself in a single process)."""
     if not (dist.is_available() and dist.is_initialized()):

@@ -1,33 +1,29 @@
-"""A GRPO step's rollouts: draw prompts, roll out groups, score them, keep the useful ones.
+"""GRPO's episode side: what a run samples from, and a step's rollouts and held-out eval.
 
-``collect_rollouts`` runs ``rollout.prompts_per_step`` groups of
-``rollout.group_size`` episodes, shapes each episode's reward (``reward``),
-computes group-relative advantages and, under dynamic sampling (``sampling``),
-marks or refills the groups whose rewards are all equal. A group with a crashed
-episode (:attr:`~spreadrl.rollout.types.Trajectory.crashed`: a tool, worker or
-engine failed) is never kept, whatever the sampling mode: its reward measured
-the failure, and the advantages of its other episodes were taken against it.
-``to_samples`` turns the kept groups into training samples, token ids exactly
-as sampled.
+:class:`EpisodeSide` holds the tasks and their prompt order, the rollout engine
+(built by name in the start-up checks, before any model loads:
+:func:`spreadrl.train.checks.training_engine`), the environments and the chat format.
 
-Held-out evaluation inside the GRPO loop, every ``eval.every_steps`` steps.
-
-As nanochat's RL script does, the policy is scored on tasks it does not train
-on while it trains, so a run shows whether the training reward carries over.
-Episodes are sampled at ``eval.temperature`` (the training temperature when
-unset; pass@1 as the demo measures it) through the same policy, environment pool and budgets as the rollouts; the
-figures go to ``metrics.jsonl`` as ``eval/*``. Kept small on purpose
-(``eval.max_cases``): a full evaluation is ``spreadrl eval``'s job.
-
-GRPO's rollout engine: built by name before any model loads, woken around each
-rollout phase.
-
-The engine is the one ``rollout.backend`` names (:mod:`spreadrl.rollout.engine`);
-nothing here asks which it is. :func:`generating` is where a rollout phase runs:
-an engine with weights of its own (``colocated``) gets the trainer's current
-weights and sleeps again afterwards, so the update has the GPU; an engine that
-samples with the trainer's own model gets it gathered (FSDP) and in the compute
-dtype.
+- A step's rollouts (:meth:`EpisodeSide.collect`, :func:`collect_rollouts`):
+  ``rollout.prompts_per_step`` groups of ``rollout.group_size`` episodes, each
+  episode's reward shaped (``reward``), group-relative advantages, and under dynamic
+  sampling (``sampling``) the groups whose rewards are all equal marked or refilled.
+  A group with a crashed episode (:attr:`~spreadrl.rollout.types.Trajectory.crashed`:
+  a tool, worker or engine failed) is never kept, whatever the sampling mode: its
+  reward measured the failure, and the advantages of its other episodes were taken
+  against it. :func:`to_samples` turns the kept groups into training samples, token
+  ids exactly as sampled.
+- The held-out eval (:meth:`EpisodeSide.held_out`), every ``eval.every_steps`` steps:
+  as nanochat's RL script does, the policy is scored on tasks it does not train on
+  while it trains, so a run shows whether the training reward carries over. Episodes
+  are sampled at ``eval.temperature`` (the training temperature when unset; pass@1 as
+  the demo measures it) through the same environments and budgets as the rollouts;
+  the figures go to ``metrics.jsonl`` as ``eval/*``. Kept small on purpose
+  (``eval.max_cases``): a full evaluation is ``spreadrl eval``'s job.
+- :func:`generating` is where a rollout phase runs: an engine with weights of its own
+  (``colocated``) gets the trainer's current weights and sleeps again afterwards, so
+  the update has the GPU; an engine that samples with the trainer's own model gets it
+  gathered (FSDP) and in the compute dtype. Nothing here asks which engine it is.
 """
 
 from __future__ import annotations

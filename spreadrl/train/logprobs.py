@@ -63,6 +63,7 @@ from spreadrl.train.batching import (
     prefix_sharing,
 )
 from spreadrl.train.config import GRPOOptimConfig
+from spreadrl.train.distributed import is_fsdp
 from spreadrl.train.levers import fused_head_on, packed_on
 
 # CPU: float32 logits per chunk, 2**24 values (64 MiB); at a 151,936 vocabulary that is
@@ -234,18 +235,10 @@ def compute_context(model: nn.Module, dtype: str) -> contextlib.AbstractContextM
     model runs in it: these log-prob passes, and the hf rollouts that sample
     with it.
     """
-    if dtype == "float32" or _is_fsdp(model):
+    if dtype == "float32" or is_fsdp(model):
         return contextlib.nullcontext()
     device = next(model.parameters()).device
     return torch.autocast(device_type=device.type, dtype=getattr(torch, dtype))
-
-
-def _is_fsdp(model: nn.Module) -> bool:
-    try:
-        from torch.distributed.fsdp import FSDPModule
-    except ImportError:  # torch without FSDP2
-        return False
-    return any(isinstance(m, FSDPModule) for m in model.modules())
 
 
 def _prefix_inputs(
@@ -409,6 +402,21 @@ class LogprobSettings:
             shared_prefix_min=MIN_SHARED_PREFIX if optim.shared_prefix else 0,
         )
 
+    def sequence_logprobs(
+        self, model: nn.Module, batch: dict[str, torch.Tensor], *, entropy: bool = False
+    ) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """:func:`sequence_logprobs` of ``batch`` under ``model`` with these settings: the
+        one call the no-grad passes and the update's loss make."""
+        return sequence_logprobs(
+            model,
+            batch,
+            self.temperature,
+            top_k=self.top_k,
+            top_p=self.top_p,
+            entropy=entropy,
+            compute_dtype=self.compute_dtype,
+        )
+
 
 def compute_logprobs(
     model: nn.Module,
@@ -428,14 +436,7 @@ def compute_logprobs(
     with torch.no_grad():
         for idx in pack_by_tokens(samples, optim.micro_batch_tokens, shared_prefix_min=prefix_min):
             batch = collate([samples[i] for i in idx], pad_id, shared_prefix_min=prefix_min)
-            logp, _ = sequence_logprobs(
-                model,
-                batch,
-                logprob_settings.temperature,
-                top_k=logprob_settings.top_k,
-                top_p=logprob_settings.top_p,
-                compute_dtype=logprob_settings.compute_dtype,
-            )
+            logp, _ = logprob_settings.sequence_logprobs(model, batch)
             logp = logp.float().cpu()
             offsets = batch["offsets"].tolist() if "offsets" in batch else [0] * len(idx)
             for row, (i, cut) in enumerate(zip(idx, offsets, strict=True)):

@@ -24,7 +24,7 @@ from torch.optim.lr_scheduler import LRScheduler
 from spreadrl.train.batching import Sample, collate, pack_by_tokens, prefix_sharing
 from spreadrl.train.config import GRPOOptimConfig, LossConfig
 from spreadrl.train.distributed import all_reduce
-from spreadrl.train.logprobs import LogprobSettings, sequence_logprobs
+from spreadrl.train.logprobs import LogprobSettings
 from spreadrl.train.losses import grpo_token_loss
 
 
@@ -120,14 +120,8 @@ def micro_batch_loss(
 
     The old log-probs are the batch's (the proximal pass), or this forward's own,
     detached, when the step takes one optimizer step (the same weights)."""
-    logp, entropy = sequence_logprobs(
-        model,
-        batch,
-        logprob_settings.temperature,
-        top_k=logprob_settings.top_k,
-        top_p=logprob_settings.top_p,
-        entropy=loss_cfg.entropy_coef > 0,
-        compute_dtype=logprob_settings.compute_dtype,
+    logp, entropy = logprob_settings.sequence_logprobs(
+        model, batch, entropy=loss_cfg.entropy_coef > 0
     )
     device = logp.device
     old = batch.get("old_logprobs")

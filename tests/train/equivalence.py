@@ -117,7 +117,7 @@ def sgd_optimizer(model: Any, optim_cfg: Any) -> torch.optim.Optimizer:
     """Plain SGD at the recipe's ``optim.lr``: stands in for AdamW in the equivalence runs.
 
     Same signature as ``spreadrl.train.optimizer.build_optimizer``; runs patch the name
-    the recipe calls, ``spreadrl.train.grpo.build_optimizer`` (in process with
+    the recipe's trained side calls, ``spreadrl.train.trained_model.build_optimizer`` (in process with
     monkeypatch, launched ranks through ``tests/train/sgd_spreadrl.py``).
     """
     params = [p for p in model.parameters() if p.requires_grad]

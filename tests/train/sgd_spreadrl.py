@@ -8,12 +8,12 @@ real command line.
 
 from __future__ import annotations
 
-import spreadrl.train.grpo as grpo
+import spreadrl.train.trained_model as trained_model
 from spreadrl.cli.main import main
 from tests.train.equivalence import sgd_optimizer
 
-# the name the GRPO recipe calls (it imports build_optimizer from optimizer.py at module level)
-grpo.build_optimizer = sgd_optimizer
+# the name the GRPO recipe's trained side calls (imported from optimizer.py at module level)
+trained_model.build_optimizer = sgd_optimizer
 
 if __name__ == "__main__":
     main()

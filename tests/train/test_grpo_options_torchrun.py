@@ -20,7 +20,7 @@ from pathlib import Path
 import pytest
 
 from spreadrl.config import load_config
-from spreadrl.train import grpo as grpo_module
+from spreadrl.train import trained_model
 from spreadrl.train.config import GRPOConfig
 from spreadrl.train.grpo import train_grpo
 from tests.train.equivalence import SGD_OVERRIDES, assert_same_update, saved_weights, sgd_optimizer
@@ -60,7 +60,7 @@ def test_torchrun_two_ranks_equal_one_process(tiny_model_dir, tmp_path, monkeypa
         GRPOConfig, None, [*_overrides(tiny_model_dir, single, 2), *SEED, *SGD_OVERRIDES]
     )
     with monkeypatch.context() as patch:
-        patch.setattr(grpo_module, "build_optimizer", sgd_optimizer)
+        patch.setattr(trained_model, "build_optimizer", sgd_optimizer)
         train_grpo(cfg)
 
     two = tmp_path / "two"

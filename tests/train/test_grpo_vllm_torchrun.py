@@ -25,7 +25,7 @@ import pytest
 import torch
 
 from spreadrl.config import load_config
-from spreadrl.train import grpo as grpo_module
+from spreadrl.train import trained_model
 from spreadrl.train.config import GRPOConfig
 from spreadrl.train.grpo import train_grpo
 from tests.rollout import fake_vllm
@@ -58,7 +58,7 @@ def test_torchrun_vllm_one_engine_per_rank_gets_full_weights(monkeypatch, tiny_m
     with monkeypatch.context() as patch:
         fake_vllm.install(patch, TransformersLLM)
         patch.setattr(vllm_policy, "require_vllm_gpu", vllm_policy.import_vllm)
-        patch.setattr(grpo_module, "build_optimizer", sgd_optimizer)  # both runs: equivalence.py
+        patch.setattr(trained_model, "build_optimizer", sgd_optimizer)  # both runs: equivalence.py
         cfg = load_config(
             GRPOConfig, None, [*_overrides(tiny_model_dir, single, 2), *SEED, *VLLM, *SGD_OVERRIDES]
         )

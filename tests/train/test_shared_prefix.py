@@ -287,7 +287,7 @@ def test_grpo_with_and_without_sharing_trains_the_same(tiny_model_dir, tmp_path,
 
     import spreadrl.train.update as update
     from spreadrl.config import load_config
-    from spreadrl.train import grpo as grpo_module
+    from spreadrl.train import trained_model
     from spreadrl.train.config import GRPOConfig
     from spreadrl.train.grpo import train_grpo
     from tests.train.equivalence import (
@@ -306,7 +306,7 @@ def test_grpo_with_and_without_sharing_trains_the_same(tiny_model_dir, tmp_path,
         return batch
 
     monkeypatch.setattr(update, "collate", spy)
-    monkeypatch.setattr(grpo_module, "build_optimizer", sgd_optimizer)
+    monkeypatch.setattr(trained_model, "build_optimizer", sgd_optimizer)
     runs = {}
     for shared in (True, False):
         out = tmp_path / f"shared-{shared}"
