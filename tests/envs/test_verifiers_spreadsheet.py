@@ -254,3 +254,11 @@ def test_verifiers_own_openenv_taskset_scores_the_reference_solution_one(
     with scripted_endpoint([*replies, {"content": json.dumps(final)}]) as (url, _):
         trace = vf_eval(tmp_path / "builtin", url, "scripted", taskset, seat="player")
     assert scores(trace) == {"openenv_reward": 1.0}
+
+
+def test_a_misspelt_tool_is_refused_when_the_taskset_is_configured():
+    from spreadrl_spreadsheet_gym import SpreadsheetGymConfig
+
+    assert SpreadsheetGymConfig(tools=TOOLS).tools == TOOLS
+    with pytest.raises(ValueError, match="unknown tool or preset 'write_rnage'"):
+        SpreadsheetGymConfig(tools="write_range,write_rnage")

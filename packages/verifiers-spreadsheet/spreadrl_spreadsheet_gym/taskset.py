@@ -10,10 +10,13 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import verifiers.v1 as vf
+from pydantic import field_validator
 
 from spreadrl.data.sources import resolve_tasks
 from spreadrl.env.spreadsheet import checker as gym_checker
 from spreadrl.env.spreadsheet.episode import SpreadsheetEnv, replay
+from spreadrl.env.spreadsheet.tools import resolve_tools
+from spreadrl.errors import SpreadrlError
 from spreadrl.rollout.config import DEFAULT_SYSTEM_PROMPT
 from spreadrl_spreadsheet_gym.toolset import (
     WORKBOOK,
@@ -55,6 +58,16 @@ class SpreadsheetGymConfig(vf.TasksetConfig):
     max_tool_calls: int = 20
     """Tool calls per episode; the call that spends them ends the episode, scored."""
     task: SpreadsheetGymTaskConfig = SpreadsheetGymTaskConfig()
+
+    @field_validator("tools")
+    @classmethod
+    def _known_tools(cls, tools: str | list[str]) -> str | list[str]:
+        """A misspelt tool is one line from the command line, not a traceback at load."""
+        try:
+            resolve_tools(tools)
+        except SpreadrlError as exc:
+            raise ValueError(str(exc)) from None
+        return tools
 
 
 class SpreadsheetGymTask(vf.Task[SpreadsheetGymData, SpreadsheetState, SpreadsheetGymTaskConfig]):
