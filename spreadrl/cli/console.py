@@ -27,8 +27,9 @@ from collections.abc import Iterator
 from contextlib import AbstractContextManager, contextmanager
 
 import typer
+import typer.rich_utils
 from rich import progress as bars
-from rich.console import Console
+from rich.console import Console, RenderableType
 from rich.markup import escape
 from rich.table import Table as RichTable
 from typer.core import TyperCommand, TyperGroup
@@ -84,6 +85,66 @@ def cli_console(*, stderr: bool = False, width: int | None = None) -> Console:
     console = Console(stderr=stderr, width=width)
     console.soft_wrap = not console.is_terminal
     return console
+
+
+UNWRAPPED_WIDTH = 10_000
+"""The widest line typer's help and error panels are laid out for off a terminal."""
+
+
+class _UnwrappedConsole(Console):
+    """typer's console off a terminal: each panel exactly as wide as its longest line.
+
+    rich lays a panel or table out at the console's width, so a wide console alone
+    would draw every box thousands of columns wide; and rich cannot measure typer's
+    option rows (a ``Columns`` measures as any width). So each renderable is laid out
+    at the narrowest width that wraps none of its lines: the fewest lines it takes
+    at :data:`UNWRAPPED_WIDTH`, found by bisection (a few renders of a help panel).
+    """
+
+    def print(self, *objects: object, **kwargs: object) -> None:  # rich's signature, passed on
+        if len(objects) == 1 and kwargs.get("width") is None and not isinstance(objects[0], str):
+            kwargs["width"] = self._unwrapped_width(objects[0])  # type: ignore[arg-type]
+        super().print(*objects, **kwargs)  # type: ignore[arg-type]
+
+    def _unwrapped_width(self, renderable: RenderableType) -> int:
+        def lines(width: int) -> int:
+            options = self.options.update_width(width)
+            return len(self.render_lines(renderable, options, pad=False))
+
+        fewest = lines(self.width)
+        low, high = 1, self.width
+        while low < high:
+            mid = (low + high) // 2
+            low, high = (low, mid) if lines(mid) <= fewest else (mid + 1, high)
+        return low
+
+
+_typer_console = typer.rich_utils._get_rich_console
+
+
+def _typer_console_unwrapped(stderr: bool = False) -> Console:
+    console = _typer_console(stderr=stderr)
+    # a terminal as cli_console sees one (typer also takes GitHub Actions' log for one);
+    # TERMINAL_WIDTH, typer's own setting, is kept
+    terminal = cli_console(stderr=stderr).is_terminal
+    if terminal or typer.rich_utils.MAX_WIDTH is not None:
+        return console
+    console.__class__ = _UnwrappedConsole  # typer's console (its theme), laid out unwrapped
+    console.width = UNWRAPPED_WIDTH
+    console.soft_wrap = True  # its plain lines ("Try 'spreadrl grpo --help' for help.")
+    return console
+
+
+def typer_output_unwrapped() -> None:
+    """typer's own output (usage errors, ``--help``) follows :func:`cli_console`'s rule.
+
+    On a terminal it is unchanged: boxes at the terminal's width, text wrapped in
+    them. Off one (``--help > file``, a usage error in CI's log) no line is cut:
+    each box is as wide as its longest line, so a path or value in an error, a
+    default or an example stays whole. typer makes every console it prints with
+    in ``typer.rich_utils._get_rich_console``; that is the one place this changes.
+    """
+    typer.rich_utils._get_rich_console = _typer_console_unwrapped
 
 
 def plain(value: object) -> str:

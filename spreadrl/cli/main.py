@@ -27,7 +27,13 @@ from spreadrl.cli import (
     sft,
 )
 from spreadrl.cli import view as view_cli
-from spreadrl.cli.console import cli_console, plain_help, print_error, quiet_third_party
+from spreadrl.cli.console import (
+    cli_console,
+    plain_help,
+    print_error,
+    quiet_third_party,
+    typer_output_unwrapped,
+)
 from spreadrl.errors import RunStopped, SpreadrlError
 
 app = typer.Typer(
@@ -105,6 +111,7 @@ def _root(
 
 
 plain_help(app)  # last: every command above shows its help text verbatim
+typer_output_unwrapped()  # off a terminal, typer's usage errors and help wrap no line
 
 
 def main() -> None:
