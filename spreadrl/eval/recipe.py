@@ -151,6 +151,8 @@ def _run(
     from spreadrl.env.factory import make_env_pool
     from spreadrl.eval.runner import engine_context_tokens, run_eval, save_eval_config
     from spreadrl.rollout.engine import load_policy
+    from spreadrl.rollout.harness.episodes import HarnessEpisodes
+    from spreadrl.rollout.runner import run_episodes
     from spreadrl.rollout.types import RunValues
 
     policy, tokenizer = load_policy(
@@ -162,6 +164,10 @@ def _run(
         max_model_len=engine_context_tokens(episode.max_prompt_tokens, episode.rollout),
     )
     max_prompt = episode.max_prompt_tokens
+    if episode.rollout.traces:
+        raise SpreadrlError("rollout.traces trains on captured traces; an eval plays episodes")
+    harness = episode.rollout.harness  # the user's own agent plays, through the endpoint
+    runner = HarnessEpisodes.of(harness, episode.env) if harness else run_episodes
     with make_env_pool(episode.env, workers=episode.rollout.concurrency) as pool:
         save_eval_config(
             out, rollout=episode.rollout, env=episode.env, max_prompt_tokens=max_prompt,
@@ -185,5 +191,7 @@ def _run(
                 "backend": spec.backend,
                 "tasks": spec.tasks,
                 "scoring": episode.env.scoring,
+                **({"harness": harness} if harness else {}),
             },
+            episodes=runner,
         )

@@ -24,7 +24,7 @@ from spreadrl.reporting import LogReporter, Reporter
 from spreadrl.rollout.chat import EpisodeChat
 from spreadrl.rollout.config import RolloutConfig
 from spreadrl.rollout.policy import Policy
-from spreadrl.rollout.runner import EnvPoolLike, EpisodeJob, run_episodes
+from spreadrl.rollout.runner import EnvPoolLike, EpisodeJob, EpisodeRunner, run_episodes
 from spreadrl.rollout.types import RunValues, Trajectory
 
 TRAJECTORIES = "trajectories.jsonl"
@@ -129,8 +129,13 @@ def run_eval(
     batch_size: int = 64,
     reporter: Reporter | None = None,
     meta: dict[str, Any] | None = None,
+    episodes: EpisodeRunner = run_episodes,
 ) -> dict[str, Any]:
     """Evaluate and return the report (also written to ``out_dir/report.json``).
+
+    ``episodes`` plays them: the built-in loop, or a harness's episodes
+    (``rollout.harness``: the agent evaluated is the user's own, through the capturing
+    endpoint, scored by the same checker).
 
     ``cfg`` is the recipe's ``rollout`` section; ``run`` the seed and prompt
     budget (the workbooks are kept under ``out_dir/outputs``). The tokenizer's
@@ -161,7 +166,7 @@ def run_eval(
             for index in range(0, len(jobs), batch_size):
                 chunk = jobs[index : index + batch_size]
                 batch_run = run if run.seed is None else replace(run, seed=run.seed + index)
-                result = run_episodes(policy, pool, chunk, cfg, chat, run=batch_run)
+                result = episodes(policy, pool, chunk, cfg, chat, run=batch_run)
                 for traj in result.trajectories:
                     sink.write(json.dumps(traj.to_json(with_tokens=False), default=str) + "\n")
                     passed += traj.passed

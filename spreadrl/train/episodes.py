@@ -390,7 +390,9 @@ class EpisodeSide:
         # the engine gets the update's weights
         with generating(model, engine, compute_dtype):
             sampling = eval_rollout(self.evaluation, self.rollout)
-            batch = run_episodes(engine.policy, self.pool, jobs, sampling, self.chat, run=run)
+            # a harness plays its held-out episodes too; traces have no episodes to play
+            runner = run_episodes if self.rollout.traces else self.runner
+            batch = runner(engine.policy, self.pool, jobs, sampling, self.chat, run=run)
         trajs = batch.trajectories
         sums = [
             float(len(trajs)),

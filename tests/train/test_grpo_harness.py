@@ -48,6 +48,14 @@ def test_a_grpo_step_through_the_example_harness_moves_the_weights(
         return result
 
     monkeypatch.setattr(checker, "check_workbook", spy)
+    played: list[int] = []  # episodes per HarnessEpisodes call: the step's, then held-out's
+    real_call = HarnessEpisodes.__call__
+
+    def count(self, policy, pool, jobs, *args, **kwargs):
+        played.append(len(jobs))
+        return real_call(self, policy, pool, jobs, *args, **kwargs)
+
+    monkeypatch.setattr(HarnessEpisodes, "__call__", count)
     out = tmp_path / "run"
     args = ["spreadrl", "grpo", "--config", str(RECIPE)]
     args += [
@@ -64,12 +72,16 @@ def test_a_grpo_step_through_the_example_harness_moves_the_weights(
         "reward.overlong_buffer=47",
         "sampling.mode=keep",
         "optim.lr=1e-3",
+        "eval.every_steps=1",  # held-out after the step, played by the harness too
+        f"eval.tasks={tasks}",
+        "eval.max_cases=2",
     ]
     monkeypatch.setattr(sys, "argv", args)
     with pytest.raises(SystemExit) as exit_info:
         main()
     assert exit_info.value.code in (0, None), capsys.readouterr().err
-    assert len(verdicts) == 8  # every episode's workbook went to the gym's checker
+    assert played == [8, 2]  # the step's 8 episodes, then 2 held-out ones, all the harness's
+    assert len(verdicts) == 10  # every episode's workbook went to the gym's checker
     (metrics,) = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
     assert metrics["trained_sequences"] == 8
     assert metrics["harness_errors"] == 0 and "harness_prefix_breaks" in metrics

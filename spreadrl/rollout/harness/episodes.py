@@ -109,7 +109,7 @@ class HarnessEpisodes:
                 trajs = list(
                     ex.map(
                         lambda job: (
-                            self._episode(endpoint, job, cfg, forks)
+                            self._episode(endpoint, job, cfg, forks, run.keep_outputs_dir)
                             if not broken
                             else _crashed(self._trajectory(job), broken, "")
                         ),
@@ -176,6 +176,7 @@ class HarnessEpisodes:
         job: EpisodeJob,
         cfg: RolloutConfig,
         forks: ForkServer | None = None,
+        keep_outputs_dir: str | None = None,
     ) -> Trajectory:
         """One episode: a private copy, the harness in the sandbox, the checker's verdict."""
         traj = self._trajectory(job)
@@ -225,21 +226,9 @@ class HarnessEpisodes:
             if failure is not None:
                 _crashed(traj, failure, result.stderr)
                 return traj
-            check = checker.check_workbook(
-                workbook,
-                case.answer_path,
-                job.task.answer_position,
-                engine=self.env.engine,
-                scoring=self.env.scoring,
-                locale=self.env.locale,
-            )
-            traj.passed = check.passed
-            traj.env_reward = traj.reward = 1.0 if check.passed else 0.0
-            traj.stop_reason = EndReason.ANSWERED
-            traj.mismatches = [
-                {"sheet": m.sheet, "cell": m.cell, "reason": m.reason}
-                for m in check.mismatches[:50]
-            ]
+            self._score(traj, workbook, job)
+            if keep_outputs_dir is not None:  # as the built-in loop keeps it (an eval's outputs)
+                _keep(workbook, keep_outputs_dir, job)
         except Exception as exc:  # the episode's own failure, not the run's
             log.warning("harness episode %s failed: %s", job.episode_id, exc)
             _crashed(traj, f"{type(exc).__name__}: {exc}", "")
@@ -250,6 +239,23 @@ class HarnessEpisodes:
             endpoint.sessions.pop(session.key, None)
             shutil.rmtree(folder, ignore_errors=True)
         return traj
+
+    def _score(self, traj: Trajectory, workbook: Path, job: EpisodeJob) -> None:
+        """The gym's checker on the workbook the harness left."""
+        check = checker.check_workbook(
+            workbook,
+            job.task.case(job.case).answer_path,
+            job.task.answer_position,
+            engine=self.env.engine,
+            scoring=self.env.scoring,
+            locale=self.env.locale,
+        )
+        traj.passed = check.passed
+        traj.env_reward = traj.reward = 1.0 if check.passed else 0.0
+        traj.stop_reason = EndReason.ANSWERED
+        traj.mismatches = [
+            {"sheet": m.sheet, "cell": m.cell, "reason": m.reason} for m in check.mismatches[:50]
+        ]
 
     def _trajectory(self, job: EpisodeJob) -> Trajectory:
         return Trajectory(
@@ -266,6 +272,13 @@ class HarnessEpisodes:
         return SandboxLimits(
             wall_time_s=wall, cpu_time_s=max(1, int(wall)), memory_mb=self.env.code_memory_mb
         )
+
+
+def _keep(workbook: Path, folder: str, job: EpisodeJob) -> None:
+    kept = Path(folder) / (f"sample{job.sample}" if job.sample else "")
+    kept /= job.task.output_name(job.case)
+    kept.parent.mkdir(parents=True, exist_ok=True)
+    shutil.copyfile(workbook, kept)
 
 
 def _failure(result: SandboxResult, session: Session, cfg: RolloutConfig) -> str | None:
