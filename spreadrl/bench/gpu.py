@@ -206,7 +206,9 @@ def run_leg(shape: Shape, model: str, out: Path, extra: Sequence[str] = ()) -> d
         raise SpreadrlError(f"{out} holds an earlier GRPO run; a benchmark leg runs fresh")
     gpus = int(os.environ.get("WORLD_SIZE", "1"))
     plan = planned_peaks(cfg, shape, gpus)
-    train_grpo(cfg)  # its lines logged, not printed: the bench prints its own
+    # its lines logged, not printed: the bench prints its own; no end state and no final
+    # model saved (the 4b-shape's end state alone, fp32 weights + AdamW, is ~48 GB)
+    train_grpo(cfg, save_end=False)
     rows = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
     summary = summarize_rows(rows, shape, AutoConfig.from_pretrained(model))
     return {**summary, **plan, "overrides": list(extra), "rows": rows}

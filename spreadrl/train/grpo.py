@@ -47,6 +47,7 @@ def train_grpo(
     pool: EnvPoolLike | None = None,
     tasks: TaskSet | None = None,
     eval_tasks: TaskSet | None = None,
+    save_end: bool = True,
 ) -> Path:
     """Run GRPO per ``cfg``; return the final model folder (a finished run: at once).
 
@@ -55,9 +56,12 @@ def train_grpo(
     ``eval.every_steps`` (default: ``eval.tasks``); ``reporter`` gets the step lines
     (default: logged). Raises RunStopped (SIGINT or SIGTERM on any rank: saved after a
     whole step, resumed by the same command) and RunHalted (too many crashed episodes,
-    or steps that kept no group)."""
+    or steps that kept no group). ``save_end=False`` (a benchmark measuring steps) writes
+    neither the end-state checkpoint nor the final model, and returns the run folder."""
     wait_s = rollout_wait_s(cfg.rollout, cfg.sampling, cfg.eval)  # sizes the collectives' timeout
-    run = Run.start(cfg, reporter or LogReporter(), seed_per_rank=True, rollout_wait_s=wait_s)
+    run = Run.start(
+        cfg, reporter or LogReporter(), seed_per_rank=True, rollout_wait_s=wait_s, save_end=save_end
+    )
     try:  # the rollout engine, set up: it refuses here too, before any model loads
         engine = check_grpo(cfg.rollout, cfg.model, cfg.data, run.info, seed=cfg.seed)
     except ConfigError:

@@ -77,6 +77,7 @@ class Run:
     ckpt_root: Path
     resume_from: Path | None
     metrics: MetricsLog
+    save_end: bool = True  # False: neither the end state nor the final model (a benchmark)
 
     @classmethod
     def start(
@@ -86,6 +87,7 @@ class Run:
         *,
         seed_per_rank: bool = False,
         rollout_wait_s: float = 0.0,
+        save_end: bool = True,
     ) -> Run:
         """Join the process group, write ``config.yaml``, seed, resolve the run's precision,
         find the resume point.
@@ -125,6 +127,7 @@ class Run:
             ckpt_root=root,
             resume_from=resume_from,
             metrics=build_metrics_log(cfg.logging, out, resolved, main=info.is_main),
+            save_end=save_end,
         )
 
     def save(self, step: int, parts: Checkpointed, extra: dict[str, object]) -> None:
@@ -201,6 +204,8 @@ class Run:
     ) -> None:
         """Save the run's end state (unless ``step`` was just saved as it is), so that a
         rerun says it is done and ``--resume`` with a larger ``steps`` continues."""
+        if not self.save_end:
+            return
         if not saved or step < steps:  # a run ended early records the steps it ended under
             self.save(step, parts, {**extra, "ended": steps})
 
@@ -210,9 +215,13 @@ class Run:
         """Write the final model (full weights, gathered from FSDP shards) to OUTPUT_DIR/final.
 
         Written to a temporary folder and renamed, so ``final`` is whole or absent;
-        ``keep_existing``: a ``final`` already there is kept (a finished run rerun).
+        ``keep_existing``: a ``final`` already there is kept (a finished run rerun). A run
+        started with ``save_end=False`` writes none and returns its folder.
         """
         self.metrics.close()
+        if not self.save_end:  # the run measured its steps: it keeps no model
+            self.close()
+            return self.out
         final = self.out / "final"
         if keep_existing and (final / "config.json").is_file():
             self.close()

@@ -92,3 +92,10 @@ def test_smoke_runs_the_build_and_both_legs_writing_each_part(tmp_path):
         assert (out / f"{name}.json").exists()
         rows = (out / f"{name}.steps.jsonl").read_text().splitlines()
         assert len(rows) == 2  # every step's row, the warm-up's too
+    # a leg measures steps: no end-state checkpoint, no final model (the 4b-shape's filled a
+    # disk); its metrics are all its run folder keeps
+    for run in sorted((out / "work").glob("run*")):
+        assert (run / "metrics.jsonl").is_file()
+        assert not (run / "final").exists() and not (run / ".tmp-final").exists(), run
+        assert not any((run / "checkpoints").glob("*")), list((run / "checkpoints").glob("*"))
+    assert len(list((out / "work").glob("run*"))) == 2
