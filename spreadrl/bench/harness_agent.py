@@ -25,12 +25,17 @@ from spreadrl.rollout.config import DEFAULT_SYSTEM_PROMPT
 
 
 def run(
-    instruction: str, workbook: str, base_url: str, model: str, preset: str = "write_range"
+    instruction: str,
+    workbook: str,
+    base_url: str,
+    model: str,
+    preset: str = "write_range",
+    env_config: EnvConfig | None = None,
 ) -> None:
     """Play one episode against ``base_url`` with the gym's tools on ``workbook``."""
     path = Path(workbook)
     task = Task("bench", instruction, CELL_LEVEL, "A1", (TaskCase(1, path, path),), path.parent)
-    env = SpreadsheetEnv(EnvConfig(tools=preset))
+    env = SpreadsheetEnv(env_config or EnvConfig(tools=preset))
     obs = env.reset(task)
     user = f"{instruction}\n\n{obs.workbook_overview}" if obs.workbook_overview else instruction
     messages = [
@@ -59,3 +64,10 @@ def run(
                 )
     shutil.copyfile(env.ctx.book.save(), path)
     env.close()
+
+
+def demo(instruction: str, workbook: str, base_url: str, model: str) -> None:
+    """The CPU demo's episode as a harness: the env section of the demo's recipe
+    (``configs/tiny-cpu.yaml``: ``write_range``, no workbook overview, 2 tool calls)."""
+    env = EnvConfig(tools=["write_range"], overview="none", max_tool_calls=2)
+    run(instruction, workbook, base_url, model, env_config=env)
