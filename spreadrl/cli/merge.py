@@ -23,8 +23,8 @@ def merge(
     checkpoint: Path | None = typer.Option(
         None,
         "--checkpoint",
-        help="Run checkpoint folder (follows `latest`), a step-N folder, a final model, "
-        "an adapter or a sharded (DCP) folder.",
+        help="Run checkpoint folder (its newest complete step), a step-N folder, a final "
+        "model, an adapter or a sharded (DCP) folder.",
     ),
     base: str | None = typer.Option(
         None,
@@ -67,7 +67,7 @@ def merge(
     if source is not None and not source.exists():
         flag = "--adapter" if adapter is not None else "--checkpoint"
         raise ConfigError(f"{flag} {source}: no such folder")
-    from spreadrl.cli.console import cli_console
+    from spreadrl.cli.console import RichReporter, cli_console
     from spreadrl.models.export import adapter_base, export_checkpoint, merge_lora
 
     console = cli_console()
@@ -80,5 +80,8 @@ def merge(
             overwrite=overwrite,
         )
     else:
-        path = export_checkpoint(checkpoint, out, base=base, dtype=dtype, overwrite=overwrite)
+        reporter = RichReporter(console)  # a checkpoint cut short: skipped, said in one line
+        path = export_checkpoint(
+            checkpoint, out, base=base, dtype=dtype, overwrite=overwrite, reporter=reporter
+        )
     console.print(f"[green]saved[/] a Hugging Face model folder to {plain(path)}", highlight=False)

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import json
 import logging
+import re
 import shutil
 import warnings
 from pathlib import Path
@@ -37,14 +38,21 @@ from transformers import (
 )
 
 from spreadrl.errors import ConfigError, SpreadrlError
+from spreadrl.models.checkpoint_files import (
+    MANIFEST,
+    STATE_FILE,
+    CheckpointError,
+    checkpoint_problem,
+    find_resume_point,
+)
 from spreadrl.models.compat import peft_wrapping
+from spreadrl.reporting import LogReporter, Reporter
 from spreadrl.run_folder import check_output_folder, foreign_to_model
 
 log = logging.getLogger(__name__)
 
 DTYPES = ("auto", "float32", "bfloat16", "float16")
 ADAPTER_CONFIG = "adapter_config.json"
-TRAINER_STATE = "trainer_state.pt"  # spreadrl.train.checkpoint.STATE_FILE
 DCP_METADATA = ".metadata"
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "tokenizer.model", "vocab.json")
 # Wrapper names that FSDP, activation checkpointing and torch.compile put into parameter names.
@@ -343,24 +351,59 @@ def _model_from_dcp(dcp_dir: Path, source: str) -> PreTrainedModel:
 # ---------------------------------------------------------------------------- dispatch
 
 
-def resolve_checkpoint(checkpoint: Path) -> Path:
-    """Follow a run folder to its newest step (``latest``, else the highest ``step-*``)."""
+def resolve_checkpoint(checkpoint: Path, reporter: Reporter | None = None) -> Path:
+    """The folder to export for ``checkpoint``, complete by the rule resume applies
+    (:mod:`spreadrl.models.checkpoint_files`).
+
+    A run's checkpoint root resolves to its newest complete ``step-*`` folder: a newer one
+    cut short is skipped with one line to ``reporter`` (``latest`` is not trusted over the
+    folders, as on resume). A step folder, or a folder inside one, that is incomplete is
+    refused with one line naming the previous complete checkpoint. Anything else (a
+    final model, an adapter, a sharded folder) is returned as it is.
+    """
     folder = Path(checkpoint).expanduser()
     if not folder.exists():
         raise SpreadrlError(f"checkpoint folder {folder} not found")
     if not folder.is_dir():
         raise SpreadrlError(f"checkpoint {folder} is a file; pass the folder that holds it")
-    pointer = folder / "latest"
-    if pointer.is_file():
-        step = folder / pointer.read_text().strip()
-        if not step.is_dir():
-            raise SpreadrlError(f"{pointer} names {step.name}, which does not exist")
+    if _is_checkpoint_root(folder):
+        step, skipped = find_resume_point(folder)  # CheckpointError: none is complete
+        if step is None:
+            raise CheckpointError(f"{folder}/latest names no checkpoint: it holds no step-* folder")
+        reporter = reporter or LogReporter()
+        for line in skipped:
+            reporter.line(line, level="warning")
+        if skipped:
+            reporter.line(f"exporting the newest complete checkpoint, {step}")
         return step
-    steps = sorted(p for p in folder.glob("step-*") if p.is_dir())
-    if steps and not (folder / "config.json").exists() and not (folder / ADAPTER_CONFIG).exists():
-        log.warning("%s has no `latest`; using the highest step folder %s", folder, steps[-1].name)
-        return steps[-1]
+    for step in (folder, folder.parent):  # a step folder, or the sharded model inside one
+        if _is_step_folder(step) and (problem := checkpoint_problem(step)) is not None:
+            raise CheckpointError(f"checkpoint {step} is incomplete ({problem}); {_before(step)}")
     return folder
+
+
+def _is_checkpoint_root(folder: Path) -> bool:
+    """A run's checkpoint folder: ``latest`` or ``step-*`` folders, and no model of its own."""
+    if (folder / "config.json").exists() or (folder / ADAPTER_CONFIG).exists():
+        return False
+    return (folder / "latest").is_file() or any(p.is_dir() for p in folder.glob("step-*"))
+
+
+def _is_step_folder(folder: Path) -> bool:
+    """One checkpoint of a run (spreadrl.train.checkpoint.save_checkpoint's ``step-N``)."""
+    named = re.fullmatch(r"step-\d+", folder.name) is not None
+    return named or (folder / STATE_FILE).exists() or (folder / MANIFEST).exists()
+
+
+def _before(step: Path) -> str:
+    """Where the previous complete checkpoint beside ``step`` is, as the refusal's advice."""
+    older = sorted(
+        (p for p in step.parent.glob("step-*") if p.is_dir() and p.name < step.name), reverse=True
+    )
+    complete = next((p for p in older if checkpoint_problem(p) is None), None)
+    if complete is None:
+        return "no earlier complete checkpoint is beside it"
+    return f"the previous complete checkpoint is {complete}"
 
 
 def _dcp_inside(folder: Path) -> Path | None:
@@ -376,17 +419,19 @@ def export_checkpoint(
     base: str | Path | None = None,
     dtype: str = "auto",
     overwrite: bool = False,
+    reporter: Reporter | None = None,
 ) -> Path:
     """Write ``checkpoint`` as a plain Hugging Face model folder at ``out``; return ``out``.
 
-    ``checkpoint`` may be a run's checkpoint root (``latest`` is followed), a
+    ``checkpoint`` may be a run's checkpoint root (its newest complete step is taken), a
     ``step-N`` folder, a final model folder, a LoRA adapter folder (merged into
     ``base``, which defaults to the adapter's ``base_model_name_or_path``), or a
     sharded DCP folder (``base`` required: it gives the architecture, and its
-    generation config and tokenizer when the checkpoint has none).
+    generation config and tokenizer when the checkpoint has none). A checkpoint cut
+    short is never exported (see :func:`resolve_checkpoint`; ``reporter`` gets its line).
     """
     _torch_dtype(dtype)
-    folder = resolve_checkpoint(checkpoint)
+    folder = resolve_checkpoint(checkpoint, reporter)
     if (folder / ADAPTER_CONFIG).is_file():
         return merge_lora(
             base if base is not None else adapter_base(folder),

@@ -22,7 +22,8 @@ each file and its size. A folder that a lost node or a full disk left cut short 
 file missing, shorter, or a ``trainer_state.pt`` that does not load) is skipped with
 one line naming it and what is wrong, and the previous complete checkpoint is used;
 when checkpoint folders exist but none is complete, resume refuses with one line
-rather than start the run over. A save that fails (ENOSPC, a read-only disk) removes
+rather than start the run over (the check, :mod:`spreadrl.models.checkpoint_files`,
+is the one ``spreadrl merge`` applies too). A save that fails (ENOSPC, a read-only disk) removes
 its temporary folder and raises :class:`CheckpointSaveError`: the previous checkpoint
 stays untouched, and the same command resumes from it once the disk has room.
 """
@@ -56,21 +57,16 @@ from torch.optim.lr_scheduler import LRScheduler
 from transformers import PreTrainedTokenizerBase
 
 from spreadrl.errors import SpreadrlError
+from spreadrl.models.checkpoint_files import MANIFEST, STATE_FILE, CheckpointError
+from spreadrl.models.checkpoint_files import checkpoint_problem as checkpoint_problem
+from spreadrl.models.checkpoint_files import find_resume_point as find_resume_point
 from spreadrl.train.distributed import DistInfo
-
-STATE_FILE = "trainer_state.pt"
-MANIFEST = "manifest.json"
-"""Written last into a checkpoint: every other file's relative path and size in bytes."""
 
 log = logging.getLogger(__name__)
 
 
 class CheckpointSaveError(SpreadrlError):
     """A checkpoint could not be written (disk full, read-only): the previous one is kept."""
-
-
-class CheckpointError(SpreadrlError):
-    """No checkpoint to resume from is complete, or one could not be read."""
 
 
 class TrainerState(TypedDict):
@@ -282,63 +278,6 @@ def checkpoint_step(folder: Path) -> int:
 def latest_checkpoint(root: Path) -> Path | None:
     """The newest complete checkpoint under ``root``, or None (see :func:`find_resume_point`)."""
     return find_resume_point(root)[0]
-
-
-def find_resume_point(root: Path) -> tuple[Path | None, list[str]]:
-    """The newest complete checkpoint under ``root`` (or None), and one line per newer
-    folder skipped because it is incomplete (see :func:`checkpoint_problem`).
-
-    Raises CheckpointError when ``step-*`` folders exist but none is complete: a run
-    that started over would cut its logs back to nothing.
-
-    ``latest`` names the newest checkpoint for a reader; the folders themselves decide,
-    so a kill between the two renames of a re-saved step (``latest`` naming a folder
-    that is gone) or between the rename and ``latest``'s update loses nothing.
-    """
-    if not root.is_dir():
-        return None, []
-    skipped: list[str] = []
-    for folder in sorted((p for p in root.glob("step-*") if p.is_dir()), reverse=True):
-        problem = checkpoint_problem(folder)
-        if problem is None:
-            return folder, skipped
-        skipped.append(f"checkpoint {folder} is incomplete ({problem}): skipped")
-    if skipped:
-        raise CheckpointError(
-            f"no complete checkpoint in {root}: "
-            + "; ".join(s.removeprefix("checkpoint ") for s in skipped)
-            + "; move the folder away to start the run over"
-        )
-    return None, []
-
-
-def checkpoint_problem(folder: Path) -> str | None:
-    """What makes ``folder`` unusable as a checkpoint (one phrase), or None when complete.
-
-    Checked: ``trainer_state.pt`` loads, and every file ``manifest.json`` lists is there
-    with its size. A folder written before the manifest existed is judged by its state
-    file alone.
-    """
-    state = folder / STATE_FILE
-    if not state.is_file():
-        return f"no {STATE_FILE}"
-    manifest = folder / MANIFEST
-    if manifest.is_file():
-        try:
-            files = json.loads(manifest.read_text())["files"]
-        except (ValueError, KeyError, TypeError):
-            return f"{MANIFEST} does not parse"
-        for name, size in sorted(files.items()):
-            path = folder / name
-            if not path.is_file():
-                return f"{name} is missing"
-            if path.stat().st_size != size:
-                return f"{name} has {path.stat().st_size} of its {size} bytes"
-    try:
-        torch.load(state, weights_only=False)
-    except Exception as exc:  # a truncated pickle raises one of several types
-        return f"{STATE_FILE} does not load ({type(exc).__name__})"
-    return None
 
 
 def load_trainer_state(

@@ -173,6 +173,67 @@ def test_export_full_checkpoint_from_latest_and_from_a_step(tmp_path, tokenizer)
     assert torch.equal(_logits(newest), _logits(models[2]))
 
 
+class _Lines:
+    """A reporter that keeps the lines it is told."""
+
+    def __init__(self) -> None:
+        self.lines: list[tuple[str, str]] = []
+
+    def line(self, text: str, *, level: str = "info") -> None:
+        self.lines.append((level, text))
+
+
+def _cut_short(step, how: str) -> str:
+    """Leave ``step`` as a lost node or a full disk might; what its skip line names."""
+    if how == "truncated":  # the manifest lists the weights at their full size
+        weights = step / "model.safetensors"
+        weights.write_bytes(weights.read_bytes()[: weights.stat().st_size // 2])
+        return "model.safetensors has"
+    (step / "manifest.json").unlink()  # cut before the state and the manifest were written
+    (step / "trainer_state.pt").unlink()
+    return "no trainer_state.pt"
+
+
+@pytest.mark.parametrize("how", ["truncated", "no manifest"])
+def test_a_checkpoint_cut_short_is_skipped_or_refused_never_exported(tmp_path, tokenizer, how):
+    root = tmp_path / "ckpt"
+    models = {step: _tiny(len(tokenizer), seed=20 + step) for step in (1, 2)}
+    for step, model in models.items():
+        save_checkpoint(root, step, model, tokenizer, torch.optim.AdamW(model.parameters()), None)
+    problem = _cut_short(root / "step-000002", how)  # `latest` still names it
+
+    said = _Lines()  # the run folder: the newest complete step, the skipped one named
+    out = export_checkpoint(root, tmp_path / "out", reporter=said)
+    assert torch.equal(_logits(_load(out)), _logits(models[1]))
+    assert said.lines[0][0] == "warning"
+    assert "step-000002 is incomplete" in said.lines[0][1] and problem in said.lines[0][1]
+    assert said.lines[1][1].endswith(str(root / "step-000001"))
+
+    with pytest.raises(SpreadrlError, match=f"step-000002 is incomplete .*{problem}") as refused:
+        export_checkpoint(root / "step-000002", tmp_path / "named")  # that step, by name
+    assert str(root / "step-000001") in str(refused.value)  # where a complete one is
+    assert not (tmp_path / "named").exists()
+
+    (root / "step-000001" / "model.safetensors").unlink()  # none complete: refused
+    with pytest.raises(SpreadrlError, match="no complete checkpoint in"):
+        export_checkpoint(root, tmp_path / "none")
+    result = runner.invoke(app, ["merge", "--checkpoint", str(root), "--out", str(tmp_path / "c")])
+    assert isinstance(result.exception, SpreadrlError), result.output  # main: one line, exit 1
+    assert "\n" not in str(result.exception) and not (tmp_path / "c").exists()
+
+
+def test_merge_says_which_checkpoint_it_skipped(tmp_path, tokenizer):
+    root = tmp_path / "ckpt"
+    for step in (1, 2):
+        model = _tiny(len(tokenizer), seed=step)
+        save_checkpoint(root, step, model, tokenizer, torch.optim.AdamW(model.parameters()), None)
+    _cut_short(root / "step-000002", "truncated")
+    result = runner.invoke(app, ["merge", "--checkpoint", str(root), "--out", str(tmp_path / "m")])
+    assert result.exit_code == 0, result.output
+    assert "step-000002 is incomplete" in result.output and "skipped" in result.output
+    assert (tmp_path / "m" / "model.safetensors").is_file()
+
+
 def _dcp_save(state, folder):
     import torch.distributed.checkpoint as dcp
 
@@ -219,6 +280,9 @@ def test_dcp_model_inside_a_step_folder(tmp_path, base_dir, tokenizer):
         export_checkpoint(root, tmp_path / "out")
     out = export_checkpoint(root, tmp_path / "out", base=base_dir)
     assert torch.equal(_logits(_load(out)), _logits(trained))
+    (step / "trainer_state.pt").write_bytes(b"\x80")  # the step cut short: the model in it too
+    with pytest.raises(SpreadrlError, match="step-000003 is incomplete"):
+        export_checkpoint(step / "model", tmp_path / "again", base=base_dir)
 
 
 def test_dcp_of_another_architecture_is_refused(tmp_path, base_dir):
