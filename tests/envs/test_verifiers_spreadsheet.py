@@ -155,6 +155,21 @@ def test_vf_eval_native_tool_calls_replaying_the_reference_solution_score_one(ta
     assert scores(trace, "metrics")["tool_calls"] == 0
 
 
+def test_the_call_that_spends_the_gyms_budget_ends_the_episode_scored(tasks_dir, tmp_path):
+    """max_tool_calls 1: the first call spends the gym's budget, the task's @stop ends the
+    trajectory before the next model turn, and the workbook is scored as it stands."""
+    task = load_tasks(tasks_dir).tasks[0]
+    look = {"call": {"name": "inspect_range", "arguments": {"ranges": ["A1:B2"]}}}
+    (write,) = [{"call": c} for c in task.case(1).load_solution()][:1]
+    taskset = gym_taskset(tasks_dir, task.id) + "max_tool_calls = 1\n"
+    with scripted_endpoint([look, write, {"content": "Done."}]) as (url, requests):
+        trace = vf_eval(tmp_path / "budget", url, "scripted", taskset)
+    assert trace["stop_condition"] == "budget_spent"
+    assert len(requests) == 1  # no model turn after the budget was spent
+    assert scores(trace, "metrics")["tool_calls"] == 1
+    assert scores(trace) == {"checker": 0.0}
+
+
 def test_vf_validate_gold_replays_the_reference_solutions(tasks_dir, tmp_path):
     """verifiers' gold check (``Task.validate``) replays each case's reference solution on
     the gym, and its no-op check scores the untouched workbook: every task is valid. A task
