@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Any
 
 import spreadrl.train.checkpoint as checkpoint
-import spreadrl.train.grpo as grpo
+import spreadrl.train.episodes as episodes
 from spreadrl.cli.main import main
 from spreadrl.data.task import TaskSet
 from tests.rollout.fakes import FakePool, make_task
@@ -42,8 +42,8 @@ def _killed_in_save(save_model: Callable[..., Path], step: int) -> Callable[...,
 def use_fake_gym(setattr_: Callable[[Any, str, Any], None] = setattr) -> None:
     """Make ``spreadrl grpo`` train on one in-code task against a FakePool
     (``setattr_``: a test's ``monkeypatch.setattr``, so the change is undone)."""
-    setattr_(grpo, "make_env_pool", lambda env, workers: contextlib.nullcontext(FakePool()))
-    setattr_(grpo, "resolve_tasks", lambda source: TaskSet(Path("."), [make_task()]))
+    setattr_(episodes, "make_env_pool", lambda env, workers: contextlib.nullcontext(FakePool()))
+    setattr_(episodes, "resolve_tasks", lambda source: TaskSet(Path("."), [make_task()]))
 
 
 if kill := os.environ.get("SPREADRL_TEST_KILL"):
