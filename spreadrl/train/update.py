@@ -3,12 +3,13 @@
 Loss aggregation is exact across micro-batches: each micro-batch's loss is
 weighted by its share of the mini-batch (trained tokens for token-mean,
 sequences for seq-mean-token-mean), so gradient accumulation gives the same
-gradient as one big batch would.
+gradient as one big batch would. :func:`micro_batches` is the plan of one optimizer
+step, shared with SFT's (:func:`spreadrl.train.sft.sft_loss_step`).
 
 The update runs each group's shared prompt once per micro-batch
 (``shared_prefix_min``, see :mod:`spreadrl.train.batching`), as the no-grad passes
-of :meth:`spreadrl.train.trained_model.TrainedSide.logprob_passes` do; the values equal the full rows' up to float
-rounding.
+of :meth:`spreadrl.train.trained_model.TrainedSide.logprob_passes` do; the values
+equal the full rows' up to float rounding.
 """
 
 from __future__ import annotations
