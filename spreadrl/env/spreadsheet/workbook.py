@@ -25,6 +25,7 @@ from openpyxl.utils.cell import (
     coordinate_from_string,
     get_column_letter,
 )
+from openpyxl.utils.exceptions import CellCoordinatesException
 from openpyxl.workbook.workbook import Workbook
 from openpyxl.worksheet.worksheet import Worksheet
 
@@ -265,8 +266,13 @@ class WorkingCopy:
             )
         used_rows, used_cols = max(ws.max_row, 1), max(ws.max_column, 1)
         if match["c1"]:
-            col1, row1 = coordinate_from_string(match["c1"].upper())
-            col2, row2 = coordinate_from_string((match["c2"] or match["c1"]).upper())
+            try:  # a row 0 (B0) matches the pattern and fails in openpyxl
+                col1, row1 = coordinate_from_string(match["c1"].upper())
+                col2, row2 = coordinate_from_string((match["c2"] or match["c1"]).upper())
+            except CellCoordinatesException as exc:
+                raise ToolError(
+                    f"range {text!r} lies outside the sheet (rows 1-{MAX_ROW}, A-XFD)"
+                ) from exc
             c1, c2 = column_index_from_string(col1), column_index_from_string(col2)
         elif match["col1"]:
             c1 = column_index_from_string(match["col1"].upper())

@@ -119,3 +119,11 @@ def test_edits_survive_save_and_reload(tmp_path):
     path = ctx.book.save()
     ws = openpyxl.load_workbook(path)["Sheet1"]
     assert ws["D1"].value == "Total" and ws["D2"].value == "=B2*C2"
+
+
+def test_a_row_zero_is_a_tool_error_not_a_crash(tmp_path):
+    """B0 matches the A1 pattern but openpyxl has no row 0: the model gets an error reply
+    (it raised openpyxl's CellCoordinatesException out of the tool, ending the episode)."""
+    ctx = make_ctx(tmp_path)
+    for ref in ("B0", "B00", "A0:B2", "A1:B0"):
+        assert "lies outside the sheet" in error_of(ctx, "write_range", range=ref, values=1)
