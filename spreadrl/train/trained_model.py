@@ -53,17 +53,27 @@ def build_model(
 ) -> tuple[nn.Module, PreTrainedTokenizerBase]:
     """Load the policy (and tokenizer) from ``path`` or the config, add LoRA if configured.
 
+    A LoRA checkpoint (``path`` with ``adapter_config.json``) holds the adapter alone:
+    the base loads from ``model.name_or_path`` and the saved adapter goes back on it,
+    trainable, as the run left it.
+
     ``precision``: the run's (:func:`spreadrl.train.precision.resolve_precision`):
     trained weights load in float32 whatever ``model.dtype`` says (it names the
     compute dtype); a LoRA base never trains and loads in the compute dtype, and
     peft keeps adapters in float32.
     """
     lora = model_cfg.lora
+    adapter = path is not None and (Path(path) / "adapter_config.json").is_file()
     model, tokenizer = load_model_and_tokenizer(
-        str(path) if path else model_cfg.name_or_path, dtype=precision.load, device=device
+        str(path) if path and not adapter else model_cfg.name_or_path,
+        dtype=precision.load,
+        device=device,
     )
-    if path is not None and (Path(path) / "adapter_config.json").exists():
-        pass  # a LoRA checkpoint was loaded with its adapter already
+    if adapter:  # a LoRA checkpoint holds the adapter only: put it back on the base
+        from peft import PeftModel
+
+        with peft_wrapping():
+            model = PeftModel.from_pretrained(model, str(path), is_trainable=True)
     elif lora.enabled:
         from peft import LoraConfig, get_peft_model
 

@@ -4,6 +4,8 @@ import json
 from pathlib import Path
 
 import pytest
+import torch
+from safetensors.torch import load_file
 
 from spreadrl.config import load_config
 from spreadrl.data.task import TaskSet
@@ -69,3 +71,37 @@ def test_grpo_runs_logs_and_resumes_to_the_same_next_step(tiny_model_dir, tmp_pa
     assert [m["step"] for m in again] == [1, 2, 3]
     for key in ("loss", "reward_mean", "response_tokens", "grad_norm"):
         assert again[2][key] == pytest.approx(full[2][key], rel=1e-5, abs=1e-7), key
+
+
+@pytest.mark.slow
+def test_a_lora_run_resumes_from_its_adapter_checkpoint_bit_identical(tiny_model_dir, tmp_path):
+    """A LoRA checkpoint holds the adapter alone (no config.json): resuming puts it back
+    on the base with the optimizer, schedule, RNG and data position, and the run ends
+    where one never interrupted ends (the KL term's reference is the adapters-off base)."""
+    tasks = TaskSet(Path("."), [make_task()])
+    lora = ["model.lora.enabled=true", "model.lora.r=4", "model.lora.alpha=8", "loss.kl_coef=0.05"]
+    straight = tmp_path / "straight"
+    train_grpo(_cfg(tiny_model_dir, straight, 3, lora), pool=FakePool(), tasks=tasks)
+
+    resumed = tmp_path / "resumed"
+    every = [*lora, "checkpoint.every_steps=1"]
+    train_grpo(_cfg(tiny_model_dir, resumed, 2, every), pool=FakePool(), tasks=tasks)
+    assert not (resumed / "checkpoints" / "step-000002" / "config.json").exists()
+    longer = _cfg(tiny_model_dir, resumed, 3, every)
+    claim_training_folder(longer, resume_changes=True)  # what `spreadrl grpo --resume` does
+    final = train_grpo(longer, pool=FakePool(), tasks=tasks)
+
+    got = load_file(final / "adapter_model.safetensors")
+    want = load_file(straight / "final" / "adapter_model.safetensors")
+    assert got.keys() == want.keys()
+    assert any(got[k].abs().sum() > 0 for k in got if "lora_B" in k)  # the adapters trained
+    assert all(torch.equal(got[k], want[k]) for k in got), "final adapter weights differ"
+    timing = ("_s", "per_s", "memory", "mem_", "_gb", "time")
+
+    def computed(out):
+        return [
+            {k: v for k, v in m.items() if not any(t in k for t in timing)} for m in _metrics(out)
+        ]
+
+    assert [m["step"] for m in _metrics(resumed)] == [1, 2, 3]
+    assert computed(resumed) == computed(straight)
