@@ -120,7 +120,7 @@ def train_rows(
                     f"device={device}",
                 ],
             )
-            train_grpo(cfg)  # its lines logged, not printed: the bench prints its own
+            train_grpo(cfg, save_end=False)  # logged, not printed; a benchmark saves nothing
             rows = [
                 json.loads(line)
                 for line in (Path(tmp) / "grpo" / "metrics.jsonl").read_text().splitlines()

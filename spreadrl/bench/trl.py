@@ -204,7 +204,7 @@ def spreadrl_steps(
 
     rollouts.collect_rollouts = counting
     try:
-        grpo.train_grpo(cfg)  # its lines logged, not printed: the bench prints its own
+        grpo.train_grpo(cfg, save_end=False)  # logged, not printed; a benchmark saves nothing
     finally:
         rollouts.collect_rollouts = collect
     rows = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]

@@ -54,6 +54,9 @@ def test_spreadrl_child_runs_the_shape(bench_model, tmp_path):
     result = run_child("spreadrl", bench_model, shape, tmp_path / "run")
     resolved = (tmp_path / "run" / "run" / "config.yaml").read_text()
     assert "micro_batch_tokens: 2048" in resolved  # --micro-batch-tokens reaches the recipe
+    # a benchmark measures steps: no end-state checkpoint, no final model
+    assert not (tmp_path / "run" / "run" / "final").exists()
+    assert not any((tmp_path / "run" / "run").glob("checkpoints/*"))
     assert result["system"] == "spreadrl" and result["peak_rss_mb"] > 50
     (rec,) = result["records"]
     episodes = shape.prompts * shape.group
