@@ -99,6 +99,7 @@ def test_the_held_out_eval_samples_at_eval_temperature(monkeypatch):
             seed=0,
             max_prompt_tokens=64,
             info=DistInfo(),
+            runner=fake_run,  # who plays the episodes: the side's runner, not a module name
         )
         side.run_held_out(tasks, 1, SimpleNamespace(policy=None), None, "float32")
         assert seen[-1] == expected
