@@ -167,7 +167,11 @@ def _run(
     if episode.rollout.traces:
         raise SpreadrlError("rollout.traces trains on captured traces; an eval plays episodes")
     harness = episode.rollout.harness  # the user's own agent plays, through the endpoint
-    runner = HarnessEpisodes.of(harness, episode.env) if harness else run_episodes
+    runner = (
+        HarnessEpisodes.of(harness, episode.env, mcp=episode.rollout.harness_mcp)
+        if harness
+        else run_episodes
+    )
     with make_env_pool(episode.env, workers=episode.rollout.concurrency) as pool:
         save_eval_config(
             out, rollout=episode.rollout, env=episode.env, max_prompt_tokens=max_prompt,

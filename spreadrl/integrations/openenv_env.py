@@ -41,18 +41,12 @@ import functools
 import itertools
 import json
 import logging
-import os
-import shutil
 import threading
 import uuid
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 from fastapi import HTTPException
-from fastmcp import FastMCP
-from fastmcp.tools import Tool as FastMCPTool
-from fastmcp.tools import ToolResult
 from openenv.core.env_server.mcp_environment import MCPEnvironment
 from openenv.core.env_server.mcp_types import (
     CallToolAction,
@@ -65,9 +59,9 @@ from openenv.core.env_server.types import Action, EnvironmentMetadata, Observati
 from pydantic import ConfigDict, Field
 
 from spreadrl.data.jsontypes import scalar_or_str
-from spreadrl.data.task import Task, TaskCase, TaskSet
-from spreadrl.env.config import EnvConfig
-from spreadrl.env.types import EndReason, StepResult, ToolCall
+from spreadrl.data.task import Task, TaskSet
+from spreadrl.env.mcp import UserWorkbook, gym_server
+from spreadrl.env.types import EndReason, ToolCall
 from spreadrl.errors import SpreadrlError
 
 log = logging.getLogger(__name__)
@@ -86,13 +80,6 @@ ANSWER_SCHEMA: dict[str, Any] = {
             "required": [],
         },
     },
-}
-
-TEXT_RESULT: dict[str, Any] = {
-    "type": "object",
-    "properties": {"result": {"type": "string"}},
-    "required": ["result"],
-    "x-fastmcp-wrap-result": True,  # MCP clients read the text as the call's value
 }
 
 DEPRECATED_SHAPE = (
@@ -187,39 +174,6 @@ class TaskPicker:
         return self.episodes[index % len(self.episodes)]
 
 
-class UserWorkbook:
-    """Production mode's workbook: a user's own .xlsx, open in one in-process gym episode
-    shared by every session; a call that succeeds saves the file (atomically)."""
-
-    def __init__(self, path: Path, config: EnvConfig) -> None:
-        from spreadrl.env.spreadsheet.episode import SpreadsheetEnv
-
-        self.path = Path(path)
-        case = TaskCase(1, self.path, self.path)
-        task = Task(self.path.stem, "", "", "", (case,), self.path.parent, source="workbook")
-        self._env = SpreadsheetEnv(config)
-        self._lock = threading.Lock()
-        self.opening = self._env.reset(task, 1)
-
-    def call(self, name: str, arguments: dict[str, Any]) -> StepResult:
-        with self._lock:
-            result = self._env.step(ToolCall(name, arguments))
-            if result.ok and self._env.ctx is not None:
-                saved = self._env.ctx.book.save()
-                partial = self.path.with_name(f".{self.path.name}.spreadrl-tmp")
-                shutil.copyfile(saved, partial)
-                os.replace(partial, self.path)
-            return result
-
-    def overview(self) -> str:
-        with self._lock:
-            return self._env.overview()
-
-    def close(self) -> None:
-        with self._lock:
-            self._env.close()
-
-
 @dataclass(frozen=True)
 class GymInfo:
     """What every session of the server shares: the tasks and the pool (simulation), or
@@ -260,40 +214,15 @@ def mcp_tool(schema: dict[str, Any]) -> Tool:
     )
 
 
-class _GymTool(FastMCPTool):
-    """A gym tool on the session's FastMCP server (``/mcp``): its own JSON schema, its
-    call a step of the session's episode."""
-
-    runner: Any = Field(default=None, exclude=True)
-
-    async def run(self, arguments: dict[str, Any]) -> ToolResult:
-        obs = await asyncio.to_thread(self.runner, self.name, arguments)
-        return ToolResult(
-            content=obs.text, structured_content={"result": obs.text}, is_error=not obs.ok
-        )
-
-
 class SpreadsheetEnvironment(MCPEnvironment):
     """One OpenEnv session over one spreadrl episode at a time (see the module docstring)."""
 
     SUPPORTS_CONCURRENT_SESSIONS = True  # each session's episode has its own folder
 
     def __init__(self, gym: GymInfo) -> None:
-        server = FastMCP("spreadrl-spreadsheet")
         production = gym.workbook is not None
         schemas = gym.schemas if production else (*gym.schemas, ANSWER_SCHEMA)
-        for schema in schemas:
-            tool = mcp_tool(schema)
-            server.add_tool(
-                _GymTool(
-                    name=tool.name,
-                    description=tool.description,
-                    parameters=tool.input_schema,
-                    output_schema=TEXT_RESULT,
-                    runner=self._run_tool,
-                )
-            )
-        super().__init__(server)
+        super().__init__(gym_server("spreadrl-spreadsheet", schemas, self._run_tool))
         self._mode = "production" if production else "simulation"
         self._gym = gym
         self._tools = [mcp_tool(s) for s in schemas]
@@ -411,9 +340,10 @@ class SpreadsheetEnvironment(MCPEnvironment):
             text=obs.text, ok=obs.ok, done=obs.done, reward=obs.reward, info=obs.info
         )
 
-    def _run_tool(self, name: str, arguments: dict[str, Any]) -> SpreadsheetToolObservation:
-        """A call from ``/mcp`` (the session's FastMCP server)."""
-        return self._call_tool(name, arguments)
+    def _run_tool(self, name: str, arguments: dict[str, Any]) -> tuple[str, bool]:
+        """A call from ``/mcp`` (the session's FastMCP server): its text, and whether it succeeded."""
+        obs = self._call_tool(name, arguments)
+        return obs.text, obs.ok
 
     def _call_tool(self, name: str, raw_arguments: Any) -> SpreadsheetToolObservation:
         arguments = _arguments(raw_arguments)

@@ -123,6 +123,13 @@ class RolloutConfig(Section):
         "false: a fresh sandboxed interpreter per episode (its own uid; under bubblewrap "
         "only its folder writable). A command line always gets its own.",
     )
+    harness_mcp: bool = option(
+        False,
+        "Offer the harness the gym's tools (env.tools, as the built-in loop offers them) over "
+        "MCP on its episode's workbook: a function gets the keyword mcp_url, a command "
+        "SPREADRL_MCP_URL (served by the endpoint, beside base_url); the calls served are the "
+        "episode's tool calls and errors. Needs the openenv extra (docs/harness.md).",
+    )
     traces: str = option(
         "",
         "Train on traces captured elsewhere: a folder of OpenEnv TrainingTraces (one "
@@ -175,6 +182,10 @@ class RolloutConfig(Section):
         if self.episode_wall_time_s <= 0:
             raise ConfigError(
                 f"rollout.episode_wall_time_s must be positive, got {self.episode_wall_time_s}"
+            )
+        if self.harness_mcp and not self.harness:
+            raise ConfigError(
+                "rollout.harness_mcp offers the gym's tools to a harness: set rollout.harness too"
             )
         if self.traces and self.harness:
             raise ConfigError(

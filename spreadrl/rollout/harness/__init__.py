@@ -5,6 +5,7 @@
 - :mod:`.program`: ``rollout.harness`` and the launcher that runs it in the sandbox;
 - :mod:`.episodes`: the episode runner GRPO uses in place of the built-in loop;
 - :mod:`.forkserver`: one sandbox per rollout that imports the harness and forks episodes;
+- :mod:`.mcp`: the gym's tools over MCP to a harness's episodes (``rollout.harness_mcp``);
 - :mod:`.trace` and :mod:`.trace_folder`: OpenEnv ``TrainingTrace``s both ways, and a
   folder of them as GRPO's episodes (``rollout.traces``).
 
@@ -32,5 +33,5 @@ def episode_runner(rollout: RolloutConfig, env: EnvConfig) -> EpisodeRunner:
     if rollout.traces:
         return TraceEpisodes.of(rollout.traces)
     if rollout.harness:
-        return HarnessEpisodes.of(rollout.harness, env)
+        return HarnessEpisodes.of(rollout.harness, env, mcp=rollout.harness_mcp)
     return run_episodes

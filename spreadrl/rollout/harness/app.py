@@ -1,13 +1,16 @@
 """The capturing endpoint's HTTP routes (FastAPI, the ``serve`` extra; imported when it starts).
 
 ``/s/<key>/v1/chat/completions`` and ``/s/<key>/v1/models``, one session per
-episode; the work is :meth:`CaptureEndpoint.chat_call`'s, the wire format
+episode, and with ``rollout.harness_mcp`` the gym's tools over MCP at ``/s/<key>/mcp``
+(:mod:`spreadrl.rollout.harness.mcp`); the work is :meth:`CaptureEndpoint.chat_call`'s, the wire format
 :mod:`spreadrl.rollout.openai_wire`'s.
 """
 
 from __future__ import annotations
 
-from typing import Any
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from typing import TYPE_CHECKING, Any
 
 from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse, StreamingResponse
@@ -21,10 +24,24 @@ from spreadrl.rollout.openai_wire import (
     stream_chunks,
 )
 
+if TYPE_CHECKING:
+    from spreadrl.rollout.harness.mcp import EpisodeTools
 
-def build_app(endpoint: CaptureEndpoint) -> FastAPI:
-    """The FastAPI app of ``endpoint``: chat completions and the model list, per session."""
-    app = FastAPI(title="spreadrl harness endpoint", version="1")
+
+def build_app(endpoint: CaptureEndpoint, tools: EpisodeTools | None = None) -> FastAPI:
+    """The FastAPI app of ``endpoint``: chat completions and the model list, per session;
+    with ``tools`` (``rollout.harness_mcp``), the gym's tools over MCP at ``/s/<key>/mcp``."""
+    mcp_app = tools.app() if tools is not None else None
+
+    @asynccontextmanager
+    async def lifespan(_: FastAPI) -> AsyncIterator[None]:
+        if mcp_app is None:
+            yield
+            return
+        async with mcp_app.router.lifespan_context(mcp_app):  # the MCP session manager
+            yield
+
+    app = FastAPI(title="spreadrl harness endpoint", version="1", lifespan=lifespan)
 
     def error(status: int, message: str, kind: str) -> JSONResponse:
         return JSONResponse(error_body(message, kind), status_code=status)
@@ -66,6 +83,8 @@ def build_app(endpoint: CaptureEndpoint) -> FastAPI:
             )
         return with_token_ids(completion_body(done, endpoint.model_name), result)
 
+    if mcp_app is not None:  # after the routes above, which match first
+        app.mount("/s/{key}", mcp_app)
     return app
 
 

@@ -49,6 +49,7 @@ from typing import Any
 from spreadrl.rollout.chat import EpisodeChat
 from spreadrl.rollout.config import RolloutConfig
 from spreadrl.rollout.harness.capture import SessionCapture
+from spreadrl.rollout.harness.mcp import MCP_PATH
 from spreadrl.rollout.openai_wire import (
     ChatCompletionRequest,
     parse_completion,
@@ -138,7 +139,8 @@ class CaptureEndpoint:
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         sock.bind(("127.0.0.1", 0))
         self.port = sock.getsockname()[1]
-        config = uvicorn.Config(app, log_level="warning", lifespan="off", timeout_keep_alive=30)
+        # the lifespan runs the MCP session manager when the gym's tools are served
+        config = uvicorn.Config(app, log_level="warning", lifespan="on", timeout_keep_alive=30)
         self._server = uvicorn.Server(config)
         serve = threading.Thread(
             target=lambda: asyncio.run(self._server.serve(sockets=[sock])),
@@ -180,6 +182,10 @@ class CaptureEndpoint:
 
     def base_path(self, session: Session) -> str:
         return f"/s/{session.key}/v1"
+
+    def mcp_path(self, session: Session) -> str:
+        """Where the session's MCP server answers (``rollout.harness_mcp``)."""
+        return f"/s/{session.key}{MCP_PATH}"
 
     # ---- one call -------------------------------------------------------------------
     def chat_call(self, session: Session, body: ChatCompletionRequest) -> dict[str, Any] | str:

@@ -19,7 +19,11 @@ a prefix break (:mod:`~spreadrl.rollout.harness.capture`) are kept in
 ``metadata["harness_samples"]`` and train with the same advantage. The reward
 shaping that reads a trajectory reads the calls: ``tool_calls`` counts the tool
 calls the model wrote (as the endpoint parsed them), so the tool-call reward
-applies; the overlong shaping reads the first sample's response length.
+applies; the overlong shaping reads the first sample's response length. With
+``rollout.harness_mcp`` the gym's tools are served to the harness over MCP
+(:mod:`~spreadrl.rollout.harness.mcp`) and ``tool_calls`` and ``tool_errors`` are
+the gym's counts of the calls served there, as in the built-in loop (the model's
+parsed calls: ``metadata["harness_model_tool_calls"]``).
 """
 
 from __future__ import annotations
@@ -43,6 +47,7 @@ from spreadrl.rollout.config import RolloutConfig
 from spreadrl.rollout.episode import EnvPoolLike, EpisodeJob
 from spreadrl.rollout.harness.endpoint import CaptureEndpoint, Session, UnixRelay
 from spreadrl.rollout.harness.forkserver import ForkServer, ForkServerError
+from spreadrl.rollout.harness.mcp import EpisodeTools, require_fastmcp
 from spreadrl.rollout.harness.program import (
     OUTSIDE_EXIT,
     OUTSIDE_MARK,
@@ -76,7 +81,11 @@ class HarnessEpisodes:
     _forks_lock: threading.Lock = field(default_factory=threading.Lock, compare=False, repr=False)
 
     @classmethod
-    def of(cls, spec: str, env: EnvConfig) -> HarnessEpisodes:
+    def of(cls, spec: str, env: EnvConfig, *, mcp: bool = False) -> HarnessEpisodes:
+        """The runner of ``rollout.harness`` ``spec``; ``mcp`` (``rollout.harness_mcp``)
+        checks here, before any episode, that the gym's tools can be served."""
+        if mcp:
+            require_fastmcp()
         return cls(HarnessProgram.parse(spec), env)
 
     def __call__(
@@ -90,15 +99,17 @@ class HarnessEpisodes:
         run: RunValues | None = None,
         on_episode_done: Callable[[Trajectory], None] | None = None,
     ) -> RolloutBatch:
-        """Run ``jobs`` (``pool`` is unused: the harness brings its own tools)."""
+        """Run ``jobs`` (``pool`` is unused: the harness brings its own tools, or gets the
+        gym's over MCP from the endpoint with ``cfg.harness_mcp``)."""
         run = run or RunValues()
         if not is_token_level(policy) or chat is None:
             raise ValueError("harness episodes need a token-level policy and its EpisodeChat")
         t0 = time.perf_counter()
+        tools = EpisodeTools(self.env) if cfg.harness_mcp else None  # fastmcp: openenv extra
         from spreadrl.rollout.harness.app import build_app  # FastAPI: the serve extra
 
         endpoint = CaptureEndpoint(policy, chat, cfg, run, model_name=self.model_name)
-        endpoint.start(build_app(endpoint))
+        endpoint.start(build_app(endpoint, tools))
         workers = max(1, min(MAX_PARALLEL, len(jobs)))
         try:
             forks, broken = self._fork_server(cfg), ""
@@ -109,7 +120,7 @@ class HarnessEpisodes:
                 trajs = list(
                     ex.map(
                         lambda job: (
-                            self._episode(endpoint, job, cfg, forks, run.keep_outputs_dir)
+                            self._episode(endpoint, job, cfg, forks, run.keep_outputs_dir, tools)
                             if not broken
                             else _crashed(self._trajectory(job), broken, "")
                         ),
@@ -177,6 +188,7 @@ class HarnessEpisodes:
         cfg: RolloutConfig,
         forks: ForkServer | None = None,
         keep_outputs_dir: str | None = None,
+        tools: EpisodeTools | None = None,
     ) -> Trajectory:
         """One episode: a private copy, the harness in the sandbox, the checker's verdict."""
         traj = self._trajectory(job)
@@ -191,6 +203,8 @@ class HarnessEpisodes:
             workbook = folder / Path(case.input_path).name
             shutil.copyfile(case.input_path, workbook)
             relay = UnixRelay(folder / ".endpoint.sock", endpoint.port)
+            if tools is not None:
+                tools.open(session.key, workbook)
             args = launcher_args(
                 self.program,
                 instruction=job.task.instruction,
@@ -198,6 +212,7 @@ class HarnessEpisodes:
                 socket_path=relay.path,
                 url_path=endpoint.base_path(session),
                 model=endpoint.model_name,
+                mcp_path=endpoint.mcp_path(session) if tools is not None else "",
             )
             started = time.monotonic()
             if forks is not None:
@@ -218,6 +233,9 @@ class HarnessEpisodes:
             relay = None
             endpoint.close_session(session.key)
             _fill_tokens(traj, session)
+            if tools is not None:  # the gym's counts, as the built-in loop's are
+                traj.metadata["harness_model_tool_calls"] = traj.tool_calls
+                traj.tool_calls, traj.tool_errors = tools.close(session.key)
             if self.keep_traces:
                 traj.metadata["training_trace"] = to_training_trace(
                     session.capture.calls, episode_id=job.episode_id, model=endpoint.model_name
@@ -236,6 +254,8 @@ class HarnessEpisodes:
             session.stop.set()
             if relay is not None:
                 relay.close()
+            if tools is not None:
+                tools.close(session.key)
             endpoint.sessions.pop(session.key, None)
             shutil.rmtree(folder, ignore_errors=True)
         return traj

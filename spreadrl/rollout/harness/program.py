@@ -11,7 +11,10 @@ A function is called with keyword arguments ``instruction`` (the task), ``workbo
 OpenAI-compatible endpoint, ``.../v1``) and ``model`` (the model name to send). A
 command gets the same as environment variables: ``SPREADRL_INSTRUCTION``,
 ``SPREADRL_WORKBOOK``, ``OPENAI_BASE_URL`` and ``SPREADRL_MODEL`` (and an
-``OPENAI_API_KEY`` the endpoint does not check). Either returns when it is done.
+``OPENAI_API_KEY`` the endpoint does not check). Either returns when it is done. With
+``rollout.harness_mcp`` a function also gets ``mcp_url`` and a command
+``SPREADRL_MCP_URL``: the gym's tools over MCP on the episode's workbook
+(:mod:`spreadrl.rollout.harness.mcp`).
 
 The launcher (:func:`launcher_code`) runs inside the code interpreter's sandbox
 (:mod:`spreadrl.env.sandbox`): it relays a loopback port of its own to the
@@ -100,9 +103,10 @@ def launcher_args(
     socket_path: Path,
     url_path: str,
     model: str,
+    mcp_path: str = "",
 ) -> dict[str, object]:
     """What the launcher (or a forked episode, :mod:`~spreadrl.rollout.harness.forkserver`)
-    needs of one episode."""
+    needs of one episode; ``mcp_path``: the episode's MCP server (``rollout.harness_mcp``)."""
     return {
         "kind": program.kind,
         "target": program.target,
@@ -113,6 +117,7 @@ def launcher_args(
         "folder": str(workbook.parent),
         "socket": str(socket_path),
         "path": url_path,
+        "mcp_path": mcp_path,
         "model": model,
         "outside_exit": OUTSIDE_EXIT,
         "outside_mark": OUTSIDE_MARK,
@@ -194,6 +199,10 @@ def _enter(args):
     name = os.path.basename(args["socket"])
     threading.Thread(target=_relay, args=(server, name), daemon=True).start()
     base_url = f"http://127.0.0.1:{server.getsockname()[1]}{args['path']}"
+    os.environ.pop("SPREADRL_MCP_URL", None)
+    if args.get("mcp_path"):  # the gym's tools over MCP, through the same relay
+        port = server.getsockname()[1]
+        os.environ["SPREADRL_MCP_URL"] = f"http://127.0.0.1:{port}{args['mcp_path']}"
     scratch = os.path.join(FOLDER, ".tmp")
     os.makedirs(scratch, exist_ok=True)
     os.environ.update(
@@ -221,11 +230,14 @@ def _load(args):
 
 
 def _play(module, args, base_url):
+    # mcp_url only when the gym's tools are served: a four-argument agent keeps working
+    extra = {"mcp_url": os.environ["SPREADRL_MCP_URL"]} if args.get("mcp_path") else {}
     getattr(module, args["function"])(
         instruction=args["instruction"],
         workbook=args["workbook"],
         base_url=base_url,
         model=args["model"],
+        **extra,
     )
 """
 
