@@ -9,6 +9,7 @@ episode here is an error (the client cannot connect).
 from __future__ import annotations
 
 import json
+import sys
 from pathlib import Path
 
 import pytest
@@ -84,10 +85,13 @@ def test_a_path_outside_the_episode_folder_is_a_tool_error(tmp_path, chat):
     assert not Path("/tmp/escaped.xlsx").exists()
 
 
-def test_the_example_agent_runs_the_models_call_over_mcp(tmp_path, chat):
-    """examples/harness/mcp_agent.py: the scripted model writes 42 into A1 with write_range,
-    the agent runs that call on the MCP server, and the workbook passes."""
-    trajs, _ = _play(tmp_path, chat, f"{EXAMPLE}:run", "write_range")
+@pytest.mark.parametrize("kind", ["function", "command"])
+def test_the_example_agent_runs_the_models_call_over_mcp(tmp_path, chat, kind):
+    """examples/harness/mcp_agent.py, as a function (mcp_url) and as a command
+    (SPREADRL_MCP_URL): the scripted model writes 42 into A1 with write_range, the agent
+    runs that call on the MCP server, and the workbook passes."""
+    spec = f"{EXAMPLE}:run" if kind == "function" else f"{sys.executable} {EXAMPLE}"
+    trajs, _ = _play(tmp_path, chat, spec, "write_range")
     for traj in trajs:
         assert traj.turns == 2  # the call, then the answer after its result
         assert (traj.tool_calls, traj.tool_errors) == (1, 0)
