@@ -267,6 +267,12 @@ class LoggingConfig(Section):
     trajectories_per_step: int = option(
         4, "GRPO: rollouts per step saved to trajectories.jsonl for spreadrl view (0 = none)."
     )
+    harness_traces: bool = option(
+        False,
+        "GRPO with rollout.harness: write every step's episodes as OpenEnv TrainingTraces "
+        "to traces/step-NNNNNN/ (a group folder each, rewards.json beside them: the layout "
+        "rollout.traces reads; docs/harness.md).",
+    )
 
 
 @dataclass(frozen=True)
@@ -296,6 +302,11 @@ class GRPOConfig(Section):
     def validate(self) -> None:
         if self.steps < 1:
             raise ConfigError(f"steps must be at least 1, got {self.steps}")
+        if self.logging.harness_traces and not self.rollout.harness:
+            raise ConfigError(
+                "logging.harness_traces writes the episodes a harness plays: set "
+                "rollout.harness too (or logging.harness_traces=false)"
+            )
         length = self.reward.overlong_limit(self.rollout.max_response_tokens)
         if self.reward.overlong and length <= self.reward.overlong_buffer:
             raise ConfigError(
@@ -345,6 +356,11 @@ class SFTConfig(Section):
                 "steps must be 0 (derive from epochs) or positive, and epochs, batch_size and "
                 f"max_length at least 1; got steps {self.steps}, epochs {self.epochs}, "
                 f"batch_size {self.batch_size}, max_length {self.max_length}"
+            )
+        if self.logging.harness_traces:
+            raise ConfigError(
+                "logging.harness_traces is GRPO's (the episodes of rollout.harness); "
+                "an SFT run plays none: set logging.harness_traces=false"
             )
 
     def total_steps(self, dataset_size: int) -> int:

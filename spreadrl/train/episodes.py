@@ -309,10 +309,12 @@ class EpisodeSide:
         pool: EnvPoolLike | None,
         tasks: TaskSet | None,
         eval_tasks: TaskSet | None,
+        keep_traces: bool = False,
     ) -> EpisodeSide:
         """Built in order: the held-out tasks, the tasks, the prompt order (from
         ``sampler_state`` when resuming), the engine started around ``model``, the
-        environments (a pool built here is ``owned``), the chat format."""
+        environments (a pool built here is ``owned``), the chat format; ``keep_traces``
+        (``logging.harness_traces``): a harness keeps each episode's TrainingTrace."""
         eval_tasks = held_out_tasks(evaluation, given=eval_tasks)
         tasks = tasks if tasks is not None else resolve_tasks(data.train_tasks)
         sampler = prompt_order(tasks.episode_keys(), seed=seed, state=sampler_state)
@@ -337,7 +339,8 @@ class EpisodeSide:
             seed=seed,
             max_prompt_tokens=data.max_prompt_tokens,
             info=run.info,
-            runner=episode_runner(rollout, env),  # traces, a harness, or the built-in loop
+            # traces, a harness, or the built-in loop
+            runner=episode_runner(rollout, env, keep_traces=keep_traces),
         )
 
     def collect(self, policy: Policy, step: int) -> StepRollouts:

@@ -33,7 +33,7 @@ from spreadrl.train.episodes import EpisodeSide, to_samples
 from spreadrl.train.setup import Run
 from spreadrl.train.signals import StopSignals
 from spreadrl.train.sources import StepSource, open_source
-from spreadrl.train.step_metrics import report_step, save_crashes
+from spreadrl.train.step_metrics import report_step, save_crashes, save_harness_traces
 from spreadrl.train.timeouts import rollout_wait_s
 from spreadrl.train.trained_model import TrainedSide
 
@@ -93,6 +93,7 @@ def train_grpo(
             pool=pool,
             tasks=tasks,
             eval_tasks=eval_tasks,
+            keep_traces=cfg.logging.harness_traces,
         )
         source = open_source(trained, episodes, start=start)
         owned.callback(source.close)
@@ -136,6 +137,10 @@ def train_steps(
             rollouts, sampler_state = source.next(step)
             trajs = rollouts.trajectories
             crashes = save_crashes(run.out, step, trajs, info.rank if info.enabled else None)
+            if logging.harness_traces:  # before the checks: a step that stops has its traces
+                save_harness_traces(
+                    run.out, step, trajs, group_size, info.rank if info.enabled else None
+                )
             checks.check(step, trajs, rollouts.keep, crashes)  # stops before training on it
             samples = to_samples(trajs, rollouts.advantages, rollouts.keep, group_size)
             metrics = dict(rollouts.metrics)  # phase times, refill rounds

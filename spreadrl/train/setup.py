@@ -261,7 +261,11 @@ class Checkpointed:
     scheduler: LRScheduler
 
 
-TRAINING_FILES = ("metrics.jsonl", "trajectories.jsonl", "checkpoints", "final")
+TRACES = "traces"
+"""The run folder's subfolder of the harness episodes' traces, ``step-NNNNNN/`` per step
+(``logging.harness_traces``)."""
+
+TRAINING_FILES = ("metrics.jsonl", "trajectories.jsonl", TRACES, "checkpoints", "final")
 """What a training run writes in its folder; once one is non-empty, the folder holds a run."""
 
 TRAINING_SAFE = ("steps", "epochs", "logging.", "checkpoint.every_steps", "checkpoint.keep")
@@ -306,5 +310,23 @@ def claim_training_folder(
 
 
 def cut_back_logs(out: Path, step: int) -> int:
-    """Drop the rows of the run's logs after ``step`` (0: a run with no checkpoint starts over)."""
-    return sum(cut_back_jsonl(out / name, step) for name in LOGS)
+    """Drop the rows of the run's logs after ``step``, and the step folders of its traces
+    after it (0: a run with no checkpoint starts over); return how many went."""
+    dropped = sum(cut_back_jsonl(out / name, step) for name in LOGS)
+    return dropped + cut_back_step_folders(out / TRACES, step)
+
+
+def cut_back_step_folders(folder: Path, step: int) -> int:
+    """Remove the ``step-NNNNNN`` folders in ``folder`` after ``step``; return how many.
+
+    A resumed run writes every step after its checkpoint again; what the interrupted
+    run wrote of those steps is not the resumed run's (other weights sampled it)."""
+    if not folder.is_dir():
+        return 0
+    removed = 0
+    for path in folder.glob("step-*"):
+        number = path.name.removeprefix("step-")
+        if path.is_dir() and number.isdigit() and int(number) > step:
+            shutil.rmtree(path)
+            removed += 1
+    return removed

@@ -10,21 +10,29 @@ outcome, tcr, overlong, under the file's key), spread over the step's
 reward range so passing and failing episodes both show. ``spreadrl view`` reads
 the file. Token ids are left out; the text, tool calls, observations and the
 cells each call changed (``metadata.cell_changes``) are kept.
+
+A harness run's episodes in the standard format (``logging.harness_traces``): every
+step's harness episodes as OpenEnv ``TrainingTrace``s under ``RUN/traces/step-NNNNNN/``,
+one folder per group with its ``rewards.json``, the layout ``rollout.traces`` trains on
+(:func:`save_harness_traces`).
 """
 
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Sequence
 from pathlib import Path
 
 import torch
 
+from spreadrl.rollout.harness.trace import SCHEMA_VERSION, TRAINING_TRACE
+from spreadrl.rollout.harness.trace_folder import REWARDS
 from spreadrl.rollout.types import EndReason, Trajectory
 from spreadrl.train.config import LoggingConfig
 from spreadrl.train.distributed import all_reduce
 from spreadrl.train.memory import MEMORY_KEYS
-from spreadrl.train.setup import Run
+from spreadrl.train.setup import TRACES, Run
 from spreadrl.train.sources import StepRollouts
 
 
@@ -242,3 +250,41 @@ def save_step_trajectories(
             row["reward_parts"] = reward_terms[i] if i < len(reward_terms) else {}
             fh.write(json.dumps(row, default=str) + "\n")
     return len(chosen)
+
+
+def save_harness_traces(
+    out: Path, step: int, trajectories: Sequence[Trajectory], group_size: int, rank: int | None
+) -> int:
+    """Write the step's harness episodes to ``out/traces/step-NNNNNN/``, the layout
+    ``rollout.traces`` reads; return how many groups were written.
+
+    A folder per group, ``NNN-<task>-c<case>`` (the group's place in the step, then its
+    task id with every character but letters, digits, ``.``, ``_`` and ``-`` made ``_``;
+    ``rR-`` in front under torchrun, where each rank writes its own groups), holding
+    ``e<i>.json`` per episode: its ``TrainingTrace``, taken out of the trajectory's
+    metadata (so trajectories.jsonl stays without it), and ``rewards.json``: each
+    episode's reward as the step trained on it (the shaped reward, reward parts
+    included). A crashed episode is written with the calls it made (perhaps none) and
+    no reward: unscored, so its group is dropped when trained on again, as it was here."""
+    folder = out / TRACES / f"step-{step:06d}"
+    groups = 0
+    for start in range(0, len(trajectories), group_size):
+        group = trajectories[start : start + group_size]
+        path = folder / _group_name(start // group_size, group[0], rank)
+        path.mkdir(parents=True, exist_ok=True)
+        rewards: dict[str, float] = {}
+        for i, traj in enumerate(group):
+            trace = traj.metadata.pop(TRAINING_TRACE, None)
+            trace = trace or {"schema_version": SCHEMA_VERSION, "turns": []}
+            (path / f"e{i}.json").write_text(json.dumps(trace))
+            if not traj.crashed:
+                rewards[f"e{i}"] = float(traj.reward)
+        (path / REWARDS).write_text(json.dumps(rewards, indent=1) + "\n")
+        groups += 1
+    return groups
+
+
+def _group_name(index: int, first: Trajectory, rank: int | None) -> str:
+    """A group's folder name: safe on any filesystem whatever its task id holds."""
+    task = re.sub(r"[^A-Za-z0-9._-]", "_", first.task_id)[:80]
+    return (f"r{rank}-" if rank is not None else "") + f"{index:03d}-{task}-c{first.case}"

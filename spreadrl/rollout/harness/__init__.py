@@ -23,9 +23,12 @@ if TYPE_CHECKING:
     from spreadrl.rollout.runner import EpisodeRunner
 
 
-def episode_runner(rollout: RolloutConfig, env: EnvConfig) -> EpisodeRunner:
+def episode_runner(
+    rollout: RolloutConfig, env: EnvConfig, *, keep_traces: bool = False
+) -> EpisodeRunner:
     """Who plays a GRPO step's episodes: a folder of traces (``rollout.traces``), a
-    harness (``rollout.harness``), or the built-in loop."""
+    harness (``rollout.harness``; ``keep_traces``: each episode's TrainingTrace in its
+    trajectory's metadata), or the built-in loop."""
     from spreadrl.rollout.harness.episodes import HarnessEpisodes
     from spreadrl.rollout.harness.trace_folder import TraceEpisodes
     from spreadrl.rollout.runner import run_episodes
@@ -33,5 +36,7 @@ def episode_runner(rollout: RolloutConfig, env: EnvConfig) -> EpisodeRunner:
     if rollout.traces:
         return TraceEpisodes.of(rollout.traces)
     if rollout.harness:
-        return HarnessEpisodes.of(rollout.harness, env, mcp=rollout.harness_mcp)
+        return HarnessEpisodes.of(
+            rollout.harness, env, mcp=rollout.harness_mcp, keep_traces=keep_traces
+        )
     return run_episodes

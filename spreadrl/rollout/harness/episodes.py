@@ -55,7 +55,7 @@ from spreadrl.rollout.harness.program import (
     launcher_args,
     launcher_code,
 )
-from spreadrl.rollout.harness.trace import to_training_trace
+from spreadrl.rollout.harness.trace import TRAINING_TRACE, to_training_trace
 from spreadrl.rollout.policy import Policy, is_token_level
 from spreadrl.rollout.runner import RolloutBatch
 from spreadrl.rollout.types import EndReason, RunValues, Trajectory
@@ -81,12 +81,15 @@ class HarnessEpisodes:
     _forks_lock: threading.Lock = field(default_factory=threading.Lock, compare=False, repr=False)
 
     @classmethod
-    def of(cls, spec: str, env: EnvConfig, *, mcp: bool = False) -> HarnessEpisodes:
+    def of(
+        cls, spec: str, env: EnvConfig, *, mcp: bool = False, keep_traces: bool = False
+    ) -> HarnessEpisodes:
         """The runner of ``rollout.harness`` ``spec``; ``mcp`` (``rollout.harness_mcp``)
-        checks here, before any episode, that the gym's tools can be served."""
+        checks here, before any episode, that the gym's tools can be served;
+        ``keep_traces``: each episode's TrainingTrace in its metadata."""
         if mcp:
             require_fastmcp()
-        return cls(HarnessProgram.parse(spec), env)
+        return cls(HarnessProgram.parse(spec), env, keep_traces=keep_traces)
 
     def __call__(
         self,
@@ -237,7 +240,7 @@ class HarnessEpisodes:
                 traj.metadata["harness_model_tool_calls"] = traj.tool_calls
                 traj.tool_calls, traj.tool_errors = tools.close(session.key)
             if self.keep_traces:
-                traj.metadata["training_trace"] = to_training_trace(
+                traj.metadata[TRAINING_TRACE] = to_training_trace(
                     session.capture.calls, episode_id=job.episode_id, model=endpoint.model_name
                 )
             failure = _failure(result, session, cfg)

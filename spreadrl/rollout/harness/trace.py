@@ -25,6 +25,9 @@ from spreadrl.rollout.harness.capture import CapturedCall, CapturedSample
 
 SCHEMA_VERSION = 1
 
+TRAINING_TRACE = "training_trace"
+"""The trajectory metadata key of a harness episode's trace (``HarnessEpisodes(keep_traces=True)``)."""
+
 
 class TraceError(SpreadrlError):
     """A TrainingTrace that cannot be trained on (its fields do not line up)."""
