@@ -165,3 +165,27 @@ def test_grpo_trains_on_what_the_capture_server_captured(
     after = load_file(str(out / "final" / "model.safetensors"))
     moved = [k for k in before if not torch.equal(before[k], after[k])]
     assert len(moved) > len(before) // 2, moved
+
+
+def test_the_traces_a_harness_run_writes_validate_in_openenv(
+    tiny_model_dir, tmp_path, monkeypatch, capsys
+):
+    """`logging.harness_traces`: every episode file of a harness run's step folder is an
+    OpenEnv TrainingTrace, read by OpenEnv's own model from the file's text."""
+    from openenv.core.harness import training
+
+    from tests.cli.test_cli_mistakes import cli
+    from tests.rollout.harness.test_harness_episodes import AGENT
+    from tests.train.test_grpo_smoke import _two_tasks
+    from tests.train.test_harness_traces import _args
+
+    tasks, _, _ = _two_tasks(tmp_path / "tasks")
+    out = tmp_path / "run"
+    harness = [f"rollout.harness={AGENT}:run", "logging.harness_traces=true"]
+    code, _, err = cli(monkeypatch, capsys, *_args(tiny_model_dir, tasks, out, 1, *harness))
+    assert code == 0, err
+    files = sorted((out / "traces" / "step-000001").glob("*/e*.json"))
+    assert len(files) == 4
+    for path in files:
+        trace = training.TrainingTrace.model_validate_json(path.read_text())
+        assert trace.turns and trace.turns[0].loss_mask[-1] == 1
