@@ -55,9 +55,10 @@ def run_recipe(
     # a start that fails (a bad model path, a bad data row) leaves no output folder
     with removed_if_failed_start(Path(cfg.output_dir), TRAINING_RESULTS):
         if resume and os.environ.get("RANK", "0") == "0":  # torchrun: the main rank records
+            from spreadrl.config import section_dict
             from spreadrl.train.setup import claim_training_folder
 
-            claim_training_folder(cfg, resume_changes=True)
+            claim_training_folder(cfg, section_dict(cfg), resume_changes=True)
         try:
             final = train(cfg, reporter=RichReporter(console))
         except RunStopped as stopped:  # SIGINT / SIGTERM: a whole step saved; exit 0

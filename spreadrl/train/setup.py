@@ -101,11 +101,12 @@ class Run:
         info = init_distributed(device, timeout_s=collective_timeout_s(rollout_wait_s))
         out = Path(cfg.output_dir)
         resolved = section_dict(cfg)
+        record = dump_config(resolved)
         if info.is_main:  # one run per folder: refuse another run's folder (run.json)
-            claim_training_folder(cfg, resolved=resolved)
+            claim_training_folder(cfg, resolved)
         out.mkdir(parents=True, exist_ok=True)
         if info.is_main:
-            (out / "config.yaml").write_text(dump_config(resolved))
+            (out / "config.yaml").write_text(record)
         seed = cfg.seed + (info.rank if seed_per_rank else 0)
         random.seed(seed)
         np.random.seed(seed % 2**32)
@@ -275,12 +276,11 @@ LOGS = ("metrics.jsonl", "trajectories.jsonl")
 """The logs a run appends to once per step (cut back to the checkpoint on resume)."""
 
 
-def training_identity(
-    cfg: RecipeConfig, resolved: dict[str, YAMLValue] | None = None
-) -> RunIdentity:
+def training_identity(cfg: RecipeConfig, resolved: dict[str, YAMLValue]) -> RunIdentity:
     """The run ``cfg`` describes: its command, and every setting but the folder itself
-    (``resolved``: ``cfg`` as plain data, when the caller has it already)."""
-    settings = flatten(section_dict(cfg) if resolved is None else resolved)
+    (``resolved``: ``cfg`` as plain data, :func:`spreadrl.config.section_dict`'s, made once
+    by the caller)."""
+    settings = flatten(resolved)
     settings.pop("output_dir", None)  # a run folder may be moved and still resume
     return RunIdentity(
         command=cfg.command,
@@ -293,12 +293,13 @@ def training_identity(
 
 def claim_training_folder(
     cfg: RecipeConfig,
+    resolved: dict[str, YAMLValue],
     *,
     resume_changes: bool = False,
     write: bool = True,
-    resolved: dict[str, YAMLValue] | None = None,
 ) -> Claim:
-    """Claim ``cfg.output_dir`` for this run (see :func:`spreadrl.run_folder.claim_run_folder`)."""
+    """Claim ``cfg.output_dir`` for this run (see :func:`spreadrl.run_folder.claim_run_folder`);
+    ``resolved``: ``cfg`` as plain data (:func:`spreadrl.config.section_dict`)."""
     identity = training_identity(cfg, resolved)
     return claim_run_folder(
         Path(cfg.output_dir),

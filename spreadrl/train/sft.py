@@ -116,13 +116,6 @@ def sft_update(
     return {**stats, "grad_norm": grad_norm, "lr": scheduler.get_last_lr()[0]}
 
 
-def dropped_line(dropped: int, limit: int, max_length: int) -> str:
-    """What SFT says of the conversations it left out (never cut): longer than ``limit``,
-    which is ``max_length`` or, when shorter, the model's context."""
-    why = f"the model's {limit}-token context" if limit < max_length else "max_length"
-    return f"dropped {dropped} conversations longer than {limit} tokens ({why}; never cut)"
-
-
 def sft_step_line(step: int, steps: int, metrics: dict[str, float]) -> str:
     """The SFT step's line (printed by the reporter)."""
     return (
@@ -168,17 +161,15 @@ def train_sft(
     run = Run.start(cfg, reporter)
     info = run.info
     model, tokenizer = build_model(cfg.model, run.precision, info.device, path=run.resume_from)
-    pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0
-    # a row longer than the model's positions cannot be trained on: max_length never
-    # exceeds the context (the README's rows were once 5k tokens for a 4k model)
-    context = getattr(model.config, "max_position_embeddings", None) or cfg.max_length
-    limit = min(cfg.max_length, context)
-    data = load_sft_dataset(Path(cfg.data.path), tokenizer, limit)
-    if data.dropped_too_long:
-        reporter.line(dropped_line(data.dropped_too_long, limit, cfg.max_length), level="warning")
-    steps = cfg.total_steps(len(data.samples))
     compute_dtype = run.precision.compute_dtype
     shard_model(model, info, compute_dtype=compute_dtype, cpu_offload=cfg.model.cpu_offload)
+    pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0
+    # the README's rows were once 5k tokens for a 4k model: the context bounds max_length
+    context = getattr(model.config, "max_position_embeddings", None)
+    data = load_sft_dataset(Path(cfg.data.path), tokenizer, cfg.max_length, context)
+    if data.dropped_line:
+        reporter.line(data.dropped_line, level="warning")
+    steps = cfg.total_steps(len(data.samples))
     optimizer = build_optimizer(model, cfg.optim)
     scheduler = build_scheduler(optimizer, cfg.optim, steps)
     state = resume_trainer_state(run.resume_from, model, optimizer, scheduler, info)

@@ -118,6 +118,7 @@ class SFTDataset:
     samples: list[Sample]
     dropped_too_long: int
     source: str
+    dropped_line: str | None = None  # what SFT says of the rows it left out (never cut)
 
 
 ROLES = ("system", "user", "assistant", "tool")
@@ -150,8 +151,13 @@ def check_row(row: object) -> None:
             raise SpreadrlError(f"message {index} ({role}) needs a 'content' string")
 
 
-def load_sft_dataset(path: Path, tokenizer: PreTrainedTokenizerBase, max_length: int) -> SFTDataset:
-    """Encode every row of ``path``; rows over ``max_length`` are dropped and counted, never cut."""
+def load_sft_dataset(
+    path: Path, tokenizer: PreTrainedTokenizerBase, max_length: int, context: int | None = None
+) -> SFTDataset:
+    """Encode every row of ``path``; rows over ``max_length`` or the model's ``context``
+    (its positions: a longer row cannot be trained on) are dropped and counted, never cut."""
+    limit = min(max_length, context or max_length)
+    why = f"the model's {limit}-token context" if limit < max_length else "max_length"
     samples, dropped = [], 0
     rows = read_jsonl(path)
     if not rows:
@@ -165,15 +171,14 @@ def load_sft_dataset(path: Path, tokenizer: PreTrainedTokenizerBase, max_length:
             sample = encode_conversation(tokenizer, row["messages"], row.get("tools"), fmt)
         except SpreadrlError as exc:
             raise SpreadrlError(f"{path}:{number}: {exc}") from exc
-        if len(sample.ids) > max_length:
+        if len(sample.ids) > limit:
             dropped += 1
             continue
         samples.append(sample)
     if not samples:
-        raise SpreadrlError(
-            f"{path}: no usable rows (all {dropped} exceed max_length={max_length})"
-        )
-    return SFTDataset(samples, dropped, str(path))
+        raise SpreadrlError(f"{path}: no usable rows (all {dropped} exceed {limit} tokens, {why})")
+    line = f"dropped {dropped} conversations longer than {limit} tokens ({why}; never cut)"
+    return SFTDataset(samples, dropped, str(path), line if dropped else None)
 
 
 def _numbered(path: Path, rows: list[dict[str, Any]]) -> Iterable[tuple[int, dict[str, Any]]]:

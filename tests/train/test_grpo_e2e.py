@@ -7,7 +7,7 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
-from spreadrl.config import load_config
+from spreadrl.config import load_config, section_dict
 from spreadrl.data.task import TaskSet
 from spreadrl.train.config import GRPOConfig
 from spreadrl.train.grpo import train_grpo
@@ -65,7 +65,9 @@ def test_grpo_runs_logs_and_resumes_to_the_same_next_step(tiny_model_dir, tmp_pa
         tasks=tasks,
     )
     longer = _cfg(tiny_model_dir, resumed, 3, ["checkpoint.every_steps=1"])
-    claim_training_folder(longer, resume_changes=True)  # what `spreadrl grpo --resume` does
+    claim_training_folder(
+        longer, section_dict(longer), resume_changes=True
+    )  # what `spreadrl grpo --resume` does
     train_grpo(longer, pool=FakePool(), tasks=tasks)
     again = _metrics(resumed)
     assert [m["step"] for m in again] == [1, 2, 3]
@@ -88,7 +90,9 @@ def test_a_lora_run_resumes_from_its_adapter_checkpoint_bit_identical(tiny_model
     train_grpo(_cfg(tiny_model_dir, resumed, 2, every), pool=FakePool(), tasks=tasks)
     assert not (resumed / "checkpoints" / "step-000002" / "config.json").exists()
     longer = _cfg(tiny_model_dir, resumed, 3, every)
-    claim_training_folder(longer, resume_changes=True)  # what `spreadrl grpo --resume` does
+    claim_training_folder(
+        longer, section_dict(longer), resume_changes=True
+    )  # what `spreadrl grpo --resume` does
     final = train_grpo(longer, pool=FakePool(), tasks=tasks)
 
     got = load_file(final / "adapter_model.safetensors")

@@ -5,7 +5,7 @@ from pathlib import Path
 
 import pytest
 
-from spreadrl.config import load_config
+from spreadrl.config import load_config, section_dict
 from spreadrl.errors import SpreadrlError
 from spreadrl.models.init import load_model_and_tokenizer
 from spreadrl.rollout.engines.scripted import format_tool_call
@@ -62,7 +62,11 @@ def test_too_long_rows_are_dropped_and_counted(tiny_model, tmp_path):
     longest = max(len(s.ids) for s in data.samples)
     shorter = load_sft_dataset(path, tok, max_length=longest - 1)
     assert shorter.dropped_too_long >= 1 and all(len(s.ids) < longest for s in shorter.samples)
-    with pytest.raises(SpreadrlError, match="exceed max_length"):
+    assert data.dropped_line is None and "(max_length; never cut)" in shorter.dropped_line
+    capped = load_sft_dataset(path, tok, max_length=100_000, context=longest - 1)
+    assert capped.dropped_too_long == shorter.dropped_too_long
+    assert f"(the model's {longest - 1}-token context; never cut)" in capped.dropped_line
+    with pytest.raises(SpreadrlError, match="exceed 5 tokens, max_length"):
         load_sft_dataset(path, tok, max_length=5)
 
 
@@ -114,6 +118,8 @@ def test_sft_learns_and_resumes_exactly(tiny_model_dir, tmp_path):
     train_sft(_cfg(tiny_model_dir, data, tmp_path / "b", 3))
     train_sft(_cfg(tiny_model_dir, data, tmp_path / "c", 2, ["checkpoint.every_steps=1"]))
     longer = _cfg(tiny_model_dir, data, tmp_path / "c", 3, ["checkpoint.every_steps=1"])
-    claim_training_folder(longer, resume_changes=True)  # what `spreadrl sft --resume` does
+    claim_training_folder(
+        longer, section_dict(longer), resume_changes=True
+    )  # what `spreadrl sft --resume` does
     train_sft(longer)
     assert _losses(tmp_path / "c")[2] == pytest.approx(_losses(tmp_path / "b")[2], rel=1e-6)

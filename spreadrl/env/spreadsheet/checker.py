@@ -35,13 +35,11 @@ from spreadrl.env.spreadsheet.recalc.locales import (
     recalc_locale,
 )
 from spreadrl.env.spreadsheet.recalc.values import WorkbookValues, load_values
-from spreadrl.env.spreadsheet.value_compare import transformed_values_match
+from spreadrl.env.spreadsheet.value_compare import sbench_transform, transformed_values_match
 from spreadrl.env.types import Mismatch
 from spreadrl.errors import ConfigError, WorkbookError
 
 # ---------------------------------------------------------------- value rules
-
-_EPOCH = dt.datetime(1899, 12, 30)
 
 
 def normalize_value(value: object) -> object:
@@ -55,21 +53,11 @@ def normalize_value(value: object) -> object:
     where a last-bit difference of the serial is a millisecond apart; here they compare
     to the second, and only with durations.
     """
-    if isinstance(value, int | float):
-        return round(float(value), 2)
     if isinstance(value, dt.time):
         return f"{value.hour:02d}:{value.minute:02d}"
     if isinstance(value, dt.timedelta):
         return ("duration", round(value.total_seconds()))
-    if isinstance(value, dt.datetime):
-        delta = value - _EPOCH
-        return round(delta.days + delta.seconds / 86400.0, 0)
-    if isinstance(value, str):
-        try:
-            return round(float(value), 2)
-        except ValueError:
-            return value
-    return value
+    return sbench_transform(value)
 
 
 def values_match(expected: object, actual: object) -> bool:

@@ -28,7 +28,6 @@ docs/checker.md, "Two scorings".
 
 from __future__ import annotations
 
-import datetime as dt
 import shutil
 import tempfile
 from collections.abc import Sequence
@@ -36,28 +35,10 @@ from pathlib import Path
 from typing import Any
 
 from spreadrl.archive_gate import check_archive
-from spreadrl.env.spreadsheet.value_compare import transformed_values_match
+from spreadrl.env.spreadsheet.value_compare import sbench_transform, transformed_values_match
 from spreadrl.env.types import Mismatch
 
-_EPOCH = dt.datetime(1899, 12, 30)
 SCORINGS = ("hybrid", "spreadsheetbench")
-
-
-def sbench_transform(value: object) -> object:
-    """SpreadsheetBench's ``transform_value``, rule for rule (bool counts as a number)."""
-    if isinstance(value, int | float):
-        return round(float(value), 2)
-    if isinstance(value, dt.time):
-        return str(value)[:-3]
-    if isinstance(value, dt.datetime):
-        delta = value - _EPOCH
-        return round(delta.days + delta.seconds / 86400.0, 0)
-    if isinstance(value, str):
-        try:
-            return round(float(value), 2)
-        except ValueError:
-            return value
-    return value
 
 
 def sbench_values_match(expected: object, actual: object) -> bool:
