@@ -34,3 +34,18 @@ needs_libreoffice = pytest.mark.skipif(
     not use_libreoffice(),
     reason="LibreOffice + python3-uno not installed (make sysdeps; CI requires them)",
 )
+
+
+def have_landlock() -> bool:
+    """The kernel offers Landlock (Linux 5.13+, not blocked by a seccomp profile): the
+    harness launcher confines a harness's writes with it."""
+    import ctypes
+
+    libc = ctypes.CDLL(None, use_errno=True)
+    return libc.syscall(444, None, 0, 1) >= 1  # landlock_create_ruleset(VERSION): its ABI
+
+
+needs_landlock = pytest.mark.skipif(
+    not (REQUIRED or have_landlock()),
+    reason="the kernel offers no Landlock (Linux 5.13+; CI requires it)",
+)

@@ -16,7 +16,8 @@ per episode, which kills the child's group.
 What it gives up against a sandbox per episode: the children share the sandbox's
 uid, so the process limit (``max_processes`` per episode) is counted for the
 episodes running at once together, and an episode's folder is kept from its siblings' by
-the audit hook (a Python harness's own writes), not by the filesystem. Harnesses
+Landlock where the kernel has it (every write, the launcher's ``_confine``), else by the
+audit hook alone (a Python harness's own writes). Harnesses
 that must be kept apart from each other, or a command line (which cannot be
 imported ahead), run a sandbox per episode (``rollout.harness_fork=false``).
 """

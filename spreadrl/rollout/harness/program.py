@@ -18,9 +18,11 @@ command gets the same as environment variables: ``SPREADRL_INSTRUCTION``,
 
 The launcher (:func:`launcher_code`) runs inside the code interpreter's sandbox
 (:mod:`spreadrl.env.sandbox`): it relays a loopback port of its own to the
-endpoint's socket in the episode folder, refuses any file write outside that
-folder from Python (an audit hook; under bubblewrap the rest of the filesystem is
-read-only anyway), then calls the harness.
+endpoint's socket in the episode folder, confines every write of the harness and of
+the programs it starts to that folder with Landlock where the kernel offers it (Linux
+5.13+; ``SPREADRL_LANDLOCK`` says 1 or 0), ends the episode on a write outside it from
+Python (an audit hook; under bubblewrap the rest of the filesystem is read-only
+anyway), then calls the harness.
 """
 
 from __future__ import annotations
@@ -136,7 +138,7 @@ def launcher_code(args: dict[str, object]) -> str:
 
 
 LAUNCHER_DEFS = r"""
-import importlib, importlib.util, os, shlex, socket, subprocess, sys, tempfile, threading
+import ctypes, importlib, importlib.util, os, shlex, socket, subprocess, sys, tempfile, threading
 
 FOLDER = os.path.realpath(ARGS["folder"])
 WRITE_FLAGS = os.O_WRONLY | os.O_RDWR | os.O_CREAT | os.O_APPEND | os.O_TRUNC
@@ -190,9 +192,50 @@ def _relay(server, name):
             threading.Thread(target=_pump, args=(a, b), daemon=True).start()
 
 
+def _confine():
+    # Landlock (Linux 5.13+, unprivileged): from here on this process and every process
+    # it starts may create, write, remove or rename files only under FOLDER (and write
+    # to existing devices, /dev/null); reading is left alone. The audit hook sees a
+    # Python agent's own writes; this stops those of the programs it starts too, and
+    # keeps forked episodes out of each other's folders. False where the kernel has none.
+    libc = ctypes.CDLL(None, use_errno=True)
+    abi = libc.syscall(444, None, 0, 1)  # landlock_create_ruleset(VERSION)
+    if abi < 1:
+        return False
+    write = 1 << 1
+    handled = write | sum(1 << bit for bit in range(4, 13))  # remove_*, make_*
+    handled |= (1 << 13 if abi >= 2 else 0) | (1 << 14 if abi >= 3 else 0)  # refer, truncate
+
+    class Beneath(ctypes.Structure):
+        _pack_ = 1
+        _fields_ = [("allowed", ctypes.c_uint64), ("parent_fd", ctypes.c_int32)]
+
+    ruleset = libc.syscall(444, ctypes.byref(ctypes.c_uint64(handled)), 8, 0)
+    if ruleset < 0:
+        return False
+    try:
+        for path, allowed in ((FOLDER, handled), ("/dev", handled & (write | 1 << 14))):
+            fd = os.open(path, os.O_PATH | os.O_CLOEXEC)
+            try:
+                rule = Beneath(allowed, fd)
+                if libc.syscall(445, ruleset, 1, ctypes.byref(rule), 0) != 0:
+                    return False
+            finally:
+                os.close(fd)
+        if libc.prctl(38, 1, 0, 0, 0) != 0:  # PR_SET_NO_NEW_PRIVS, which Landlock asks
+            return False
+        return libc.syscall(446, ruleset, 0) == 0  # landlock_restrict_self
+    finally:
+        os.close(ruleset)
+
+
 def _enter(args):
-    # relay a loopback port to the endpoint's socket, set the episode's environment,
-    # enter its folder; the harness's base URL
+    # confine the episode's writes to its folder, relay a loopback port to the
+    # endpoint's socket, set the episode's environment, enter its folder; the
+    # harness's base URL
+    scratch = os.path.join(FOLDER, ".tmp")
+    os.makedirs(scratch, exist_ok=True)
+    os.environ["SPREADRL_LANDLOCK"] = "1" if _confine() else "0"
     server = socket.socket()
     server.bind(("127.0.0.1", 0))
     server.listen(64)
@@ -203,9 +246,8 @@ def _enter(args):
     if args.get("mcp_path"):  # the gym's tools over MCP, through the same relay
         port = server.getsockname()[1]
         os.environ["SPREADRL_MCP_URL"] = f"http://127.0.0.1:{port}{args['mcp_path']}"
-    scratch = os.path.join(FOLDER, ".tmp")
-    os.makedirs(scratch, exist_ok=True)
     os.environ.update(
+        HOME=FOLDER,  # where a program looks to write its caches: the one writable place
         TMPDIR=scratch,
         OPENAI_BASE_URL=base_url,
         OPENAI_API_KEY="spreadrl",

@@ -5,6 +5,7 @@ need is a function of its own."""
 
 import json
 import os
+import subprocess
 import time
 
 import httpx
@@ -78,6 +79,22 @@ def write_outside(instruction, workbook, base_url, model):
     run(instruction, workbook, base_url, model)
     with open(os.path.join(os.path.dirname(workbook), "..", "escaped.txt"), "w") as fh:
         fh.write("escaped")
+
+
+def shell_writes_outside(instruction, workbook, base_url, model):
+    """Plays the episode, then has a program it starts write beside its folder (into the
+    folder that holds it: the fork server's own, or the episodes' root) and into a
+    sibling's name; raises when either write got through."""
+    run(instruction, workbook, base_url, model)
+    here = os.path.dirname(os.path.realpath(workbook))
+    targets = [os.path.join(here, "..", "escaped-sh.txt"), here + "-sibling.txt"]
+    for target in targets:
+        subprocess.run(["sh", "-c", f"echo escaped > '{target}'"], stderr=subprocess.DEVNULL)
+    escaped = [t for t in targets if os.path.exists(t)]
+    if escaped:
+        raise RuntimeError(f"a started program wrote outside the folder: {escaped}")
+    if os.environ.get("SPREADRL_LANDLOCK") != "1":
+        raise RuntimeError("the episode ran without Landlock")
 
 
 def silent(instruction, workbook, base_url, model):

@@ -15,6 +15,7 @@ from spreadrl.rollout.runner import EpisodeJob, RunValues, run_episodes
 from spreadrl.rollout.types import EndReason
 from tests.rollout.fakes import FakePool
 from tests.rollout.harness.scripted import ScriptedTokenPolicy
+from tests.sysdeps import needs_landlock
 
 AGENT = Path(__file__).with_name("mirror_agent.py")
 
@@ -113,6 +114,25 @@ def test_a_misbehaving_harness_is_an_episode_error(tmp_path, chat, function, why
         assert traj.stop_reason == EndReason.ERROR and traj.crashed
         assert why in traj.error
     assert not (tmp_path / "episodes" / "escaped.txt").exists()
+
+
+@needs_landlock
+@pytest.mark.parametrize("fork", [True, False], ids=["forked", "sandbox-per-episode"])
+def test_programs_a_harness_starts_write_only_in_its_folder(tmp_path, chat, fork):
+    """A shell the harness starts cannot write beside its episode folder or into a
+    sibling's name (the audit hook sees only Python's own writes): Landlock refuses it,
+    and the episode goes on (the agent raises, an episode error, when a write got
+    through or the launcher ran without Landlock)."""
+    task = workbook_task(tmp_path)
+    jobs = [EpisodeJob(task, 1, 0), EpisodeJob(task, 1, 1)]
+    cfg = RolloutConfig(max_turns=4, episode_wall_time_s=30.0, harness_fork=fork)
+    policy = ScriptedTokenPolicy(chat.tokenizer, chat.fmt.stop_ids[0])
+    out = harness("shell_writes_outside", tmp_path)(
+        policy, None, jobs, cfg, chat, run=RunValues(seed=1)
+    )
+    assert out.timings["harness_errors"] == 0, [t.error for t in out.trajectories]
+    assert all(t.turns == 2 for t in out.trajectories)
+    assert not [*tmp_path.rglob("escaped-sh.txt"), *tmp_path.rglob("*-sibling.txt")]
 
 
 @pytest.mark.parametrize("fork", [True, False], ids=["forked", "sandbox-per-episode"])
