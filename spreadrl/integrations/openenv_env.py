@@ -60,7 +60,7 @@ from pydantic import ConfigDict, Field
 
 from spreadrl.data.jsontypes import scalar_or_str
 from spreadrl.data.task import Task, TaskSet
-from spreadrl.env.mcp import UserWorkbook, gym_server
+from spreadrl.env.spreadsheet.mcp import UserWorkbook, gym_server
 from spreadrl.env.types import EndReason, ToolCall
 from spreadrl.errors import SpreadrlError
 

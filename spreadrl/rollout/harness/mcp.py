@@ -4,9 +4,9 @@ With the switch on, the capturing endpoint also serves MCP (streamable HTTP,
 stateless, JSON replies) at ``/s/<key>/mcp``, beside the episode's
 ``/s/<key>/v1``: the same loopback port and relay, so a sandboxed harness needs no
 other network. Its tools are the recipe's (``env.tools``, the schemas the built-in
-loop offers), built by :func:`spreadrl.env.mcp.gym_server` as ``spreadrl env
+loop offers), built by :func:`spreadrl.env.spreadsheet.mcp.gym_server` as ``spreadrl env
 serve`` builds its own; a call runs on the episode named by the URL's key, in a
-:class:`spreadrl.env.mcp.UserWorkbook` over that episode's private workbook (the
+:class:`spreadrl.env.spreadsheet.mcp.UserWorkbook` over that episode's private workbook (the
 file the harness gets as ``workbook``): the gym's tools, budgets
 (``env.max_tool_calls``) and path rules, the file written after each call that
 succeeds. The gym opens the file at the episode's first MCP call.
@@ -60,8 +60,8 @@ class EpisodeTools:
 
     def __init__(self, env: EnvConfig) -> None:
         require_fastmcp()
-        from spreadrl.env.mcp import gym_server
         from spreadrl.env.spreadsheet.episode import SpreadsheetEnv
+        from spreadrl.env.spreadsheet.mcp import gym_server
 
         self.env = env
         self.schemas = SpreadsheetEnv(env).schemas  # a misspelt tool fails here, once
@@ -101,7 +101,7 @@ class EpisodeTools:
             episode.calls += 1
             try:
                 if episode.book is None:
-                    from spreadrl.env.mcp import UserWorkbook
+                    from spreadrl.env.spreadsheet.mcp import UserWorkbook
 
                     root = episode.workbook.parent / WORKDIR
                     episode.book = UserWorkbook(episode.workbook, self.env, workdir_root=root)

@@ -1,4 +1,4 @@
-"""The gym's tools as MCP tools (fastmcp, the ``openenv`` extra; imported only where MCP is served).
+"""The Spreadsheet Gym's tools as MCP tools (fastmcp, the ``openenv`` extra; imported only where MCP is served).
 
 Two places serve the gym's tools to MCP clients: ``spreadrl env serve``'s OpenEnv
 environment (:mod:`spreadrl.integrations.openenv_env`, ``/mcp``) and harness
