@@ -101,12 +101,11 @@ class Run:
         info = init_distributed(device, timeout_s=collective_timeout_s(rollout_wait_s))
         out = Path(cfg.output_dir)
         resolved = section_dict(cfg)
-        record = dump_config(resolved)
         if info.is_main:  # one run per folder: refuse another run's folder (run.json)
             claim_training_folder(cfg, resolved)
         out.mkdir(parents=True, exist_ok=True)
         if info.is_main:
-            (out / "config.yaml").write_text(record)
+            (out / "config.yaml").write_text(dump_config(resolved))
         seed = cfg.seed + (info.rank if seed_per_rank else 0)
         random.seed(seed)
         np.random.seed(seed % 2**32)
