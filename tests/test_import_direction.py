@@ -33,6 +33,7 @@ LAYERS: dict[str, int] = {
     "cells": 0,
     "archive_gate": 0,  # the workbook archive check: env and the data importers share it
     "reporting": 0,  # the reporter protocol: library code tells, cli renders
+    "interrupts": 0,  # Ctrl-C held between the items of a long loop
     "data": 1,
     "env": 2,
     "models": 2,  # offline models and tokenizers: beside the gym, below rollout

@@ -30,6 +30,7 @@ from spreadrl.data.synth.base import (
 )
 from spreadrl.data.task import Task, TaskCase, TaskSet, foreign_to_task_set
 from spreadrl.errors import SpreadrlError
+from spreadrl.interrupts import interrupts_between_items
 from spreadrl.reporting import LogReporter, Reporter
 from spreadrl.run_folder import check_output_folder
 
@@ -165,8 +166,12 @@ def _write_tasks(
     """Generate and write ``n`` tasks into ``root``, checking each case with ``check``."""
     tasks: list[Task] = []
     reporter = reporter or LogReporter()
-    with reporter.progress("synthesizing", n, keep=False) as bar:
+    with (
+        reporter.progress("synthesizing", n, keep=False) as bar,
+        interrupts_between_items() as check_interrupt,
+    ):
         for i in range(n):
+            check_interrupt()  # Ctrl-C stops between tasks, never inside openpyxl
             family, levels = order[i % len(order)]
             rng = random.Random(f"{seed}:{i}:{family.name}")
             level = rng.choice(levels)
