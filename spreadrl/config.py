@@ -331,6 +331,22 @@ def section_dict(section: object) -> dict[str, YAMLValue]:
     return {f.name: config_to_dict(getattr(section, f.name)) for f in dataclasses.fields(section)}
 
 
+@dataclasses.dataclass(frozen=True)
+class ConfigRecord:
+    """A recipe's whole config as plain data, made once per run: the mapping a run folder
+    records (``run.json``) and trackers log, and its YAML (``config.yaml``, which
+    :func:`load_config` reads back to an equal object)."""
+
+    data: dict[str, YAMLValue]
+    yaml: str
+
+
+def config_record(cfg: object) -> ConfigRecord:
+    """``cfg`` (a settings dataclass) serialised once, both ways."""
+    data = section_dict(cfg)
+    return ConfigRecord(data, yaml.safe_dump(config_to_dict(data), sort_keys=False))
+
+
 def dump_config(obj: object) -> str:
     """YAML that ``load_config`` reads back to an equal object."""
     return yaml.safe_dump(config_to_dict(obj), sort_keys=False)
@@ -372,6 +388,8 @@ __all__ = [
     "load_config",
     "load_yaml",
     "unknown_keys",
+    "ConfigRecord",
+    "config_record",
     "dump_config",
     "config_to_dict",
     "describe_config",

@@ -40,7 +40,7 @@ from spreadrl.train.batching import Sample, collate
 from spreadrl.train.config import ModelConfig, OptimConfig
 from spreadrl.train.distributed import decoder_layers
 from spreadrl.train.levers import apply_model_levers
-from spreadrl.train.logprobs import sequence_logprobs
+from spreadrl.train.logprobs import LogprobSettings, sequence_logprobs
 from spreadrl.train.memory import PeakMemory
 from spreadrl.train.optimizer import build_optimizer
 
@@ -79,7 +79,9 @@ class LeverShape:
     device: str = "cpu"
 
 
-def _build(shape: LeverShape, model_cfg: ModelConfig) -> torch.nn.Module:
+def _build(shape: LeverShape, model_cfg: ModelConfig) -> tuple[torch.nn.Module, LogprobSettings]:
+    """A random model of ``shape`` with ``model_cfg``'s levers, and how its passes score
+    (the rollout's sampling distribution, bf16 on CUDA)."""
     from spreadrl.models.compat import enable_activation_checkpointing
     from spreadrl.models.init import PRESETS, build_random_model, make_config
     from spreadrl.models.tokenizer import default_corpus, train_tokenizer
@@ -93,9 +95,13 @@ def _build(shape: LeverShape, model_cfg: ModelConfig) -> torch.nn.Module:
     model = build_random_model(config, torch.float32, seed=0, device=device)
     if model_cfg.gradient_checkpointing:
         enable_activation_checkpointing(model)
-    apply_model_levers(model, decoder_layers(model), model_cfg)
+    levers = apply_model_levers(model, decoder_layers(model), model_cfg)
     model.train()
-    return model
+    compute = "bfloat16" if shape.device.startswith("cuda") else "float32"
+    settings = LogprobSettings(
+        **SAMPLING, compute_dtype=compute, fused_head=levers.fused_head, packed=levers.packed
+    )
+    return model, settings
 
 
 def _batch(shape: LeverShape, vocab: int) -> dict[str, torch.Tensor]:
@@ -110,10 +116,10 @@ def _batch(shape: LeverShape, vocab: int) -> dict[str, torch.Tensor]:
     return collate(samples, pad_id=0)
 
 
-def _step(model, optimizer, batch, compute: str) -> tuple[float, float]:
+def _step(model, optimizer, batch, settings: LogprobSettings) -> tuple[float, float]:
     """One update step; (loss, gradient norm)."""
     optimizer.zero_grad(set_to_none=True)
-    logp, _ = sequence_logprobs(model, batch, compute_dtype=compute, **SAMPLING)
+    logp, _ = sequence_logprobs(model, batch, settings)
     mask = batch["loss_mask"].to(logp.device)
     loss = -(logp * mask).sum() / mask.sum()
     loss.backward()
@@ -130,27 +136,26 @@ def _sync(device: str) -> None:
 def measure_variant(shape: LeverShape, name: str, profile: Path | None = None) -> dict[str, Any]:
     """One variant's FLOPs, step time, added peak memory and first-step numbers."""
     _, model_cfg, optim_kwargs = VARIANTS[name]
-    model = _build(shape, model_cfg)
+    model, settings = _build(shape, model_cfg)
     optimizer = build_optimizer(model, replace(OptimConfig(), lr=1e-5, **optim_kwargs))
     batch = _batch(shape, model.config.vocab_size)
-    compute = "bfloat16" if shape.device.startswith("cuda") else "float32"
-    loss, norm = _step(model, optimizer, batch, compute)  # the warm-up (and compilation)
+    loss, norm = _step(model, optimizer, batch, settings)  # the warm-up (and compilation)
     flops = FlopCounterMode(display=False)
     with flops:
-        _step(model, optimizer, batch, compute)
+        _step(model, optimizer, batch, settings)
     memory = PeakMemory(shape.device)
     memory.reset()  # the steady state: AdamW's state exists from here on
     times, cpu = [], []
     for _ in range(shape.steps):
         _sync(shape.device)
         start, used = time.perf_counter(), time.process_time()
-        _step(model, optimizer, batch, compute)
+        _step(model, optimizer, batch, settings)
         _sync(shape.device)
         times.append(time.perf_counter() - start)
         cpu.append(time.process_time() - used)
     added = memory.added_gb()
     if profile is not None:
-        profile_step(model, optimizer, batch, compute, profile / f"update-{name}")
+        profile_step(model, optimizer, batch, settings, profile / f"update-{name}")
     return {
         "flops": flops.get_total_flops(),
         "step_s": statistics.median(times),
@@ -163,7 +168,7 @@ def measure_variant(shape: LeverShape, name: str, profile: Path | None = None) -
     }
 
 
-def profile_step(model, optimizer, batch, compute: str, stem: Path) -> list[str]:
+def profile_step(model, optimizer, batch, settings: LogprobSettings, stem: Path) -> list[str]:
     """One step under ``torch.profiler``: ``stem.json`` (Chrome trace) and ``stem.txt`` (top ops)."""
     from torch.profiler import ProfilerActivity, profile
 
@@ -172,7 +177,7 @@ def profile_step(model, optimizer, batch, compute: str, stem: Path) -> list[str]
         activities.append(ProfilerActivity.CUDA)
     stem.parent.mkdir(parents=True, exist_ok=True)
     with profile(activities=activities, record_shapes=False) as prof:
-        _step(model, optimizer, batch, compute)
+        _step(model, optimizer, batch, settings)
     prof.export_chrome_trace(str(stem.with_suffix(".json")))
     sort = "cuda_time_total" if torch.cuda.is_available() else "cpu_time_total"
     table = prof.key_averages().table(sort_by=sort, row_limit=25)

@@ -33,7 +33,7 @@ from spreadrl.models.init import load_model_and_tokenizer
 from spreadrl.train.batching import Sample, collate
 from spreadrl.train.config import GRPOConfig
 from spreadrl.train.grpo import train_grpo
-from spreadrl.train.logprobs import sequence_logprobs
+from spreadrl.train.logprobs import LogprobSettings, sequence_logprobs
 from spreadrl.train.memory import PeakMemory
 from spreadrl.train.sft import sft_loss_step
 
@@ -182,18 +182,17 @@ def logprobs_line(
     memory = PeakMemory(device)
     memory.reset()
     start = time.perf_counter()
-    kwargs: dict[str, Any] = dict(
-        top_k=top_k, top_p=top_p, entropy=entropy, chunk_tokens=chunk_tokens or None
-    )
+    settings = LogprobSettings(temperature=temperature, top_k=top_k, top_p=top_p)
+    kwargs: dict[str, Any] = dict(entropy=entropy, chunk_tokens=chunk_tokens or None)
     if grad:
-        logp, ent = sequence_logprobs(model, batch, temperature, **kwargs)
+        logp, ent = sequence_logprobs(model, batch, settings, **kwargs)
         loss = (logp * batch["loss_mask"].to(logp.device)).sum()
         if ent is not None:
             loss = loss + (ent * batch["loss_mask"].to(ent.device)).sum()
         loss.backward()
     else:
         with torch.no_grad():
-            sequence_logprobs(model, batch, temperature, **kwargs)
+            sequence_logprobs(model, batch, settings, **kwargs)
     elapsed = time.perf_counter() - start
     added = memory.added_gb()
     return (

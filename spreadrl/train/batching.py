@@ -16,6 +16,18 @@ leaves each sample only its continuation; the log-prob pass
 (:func:`spreadrl.train.logprobs.sequence_logprobs`) runs the prefix rows once
 and the continuations against their KV cache. :func:`pack_by_tokens` then keeps
 a group together in one micro-batch where it fits and counts its prefix once.
+Prefix sharing is off (one full row per sample, the same values) under activation
+checkpointing and under FSDP2, as :class:`spreadrl.train.logprobs.LogprobSettings`
+decides at build time: a checkpointed decoder layer drops the KV cache it is given
+(transformers sets ``past_key_values=None`` there: recomputing the layer in backward
+would append to the cache a second time), so the continuations could not see their
+prefix; under FSDP2 the prefix pass is a second forward of every layer before one
+backward, whose hooks (prefetch by forward order, one reduce-scatter per forward) then
+issue their collectives in an order that differs between ranks (a two-rank run hung).
+
+The plan of a step (:func:`micro_batch_plan`, :func:`micro_batches`; GRPO's update and
+SFT's step share it, :func:`pass_batches` the no-grad passes): its micro-batches packed
+and collated once, and every rank's counts reduced in two collectives.
 
 Packed micro-batches: every row's real tokens back to back in one row, no padding.
 
@@ -41,9 +53,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import torch
-from torch import nn
 
-from spreadrl.train.distributed import is_fsdp
+from spreadrl.train.distributed import all_reduce, all_reduce_values
 
 # Below this many shared tokens a group's prefix is not worth a second forward call.
 MIN_SHARED_PREFIX = 32
@@ -230,29 +241,6 @@ def _prefix_rows(
     }
 
 
-def prefix_sharing(model: nn.Module, min_tokens: int) -> int:
-    """The ``shared_prefix_min`` to collate with for ``model``: ``min_tokens``, or 0 (off)
-    under activation checkpointing and under FSDP.
-
-    Decide before :func:`collate`, which cuts the rows.
-    Activation checkpointing: a checkpointed decoder layer drops the KV cache it
-    is given (transformers sets ``past_key_values=None`` there: recomputing the
-    layer in backward would append to the cache a second time), so the
-    continuations could not see their prefix. FSDP2: the prefix pass is a second
-    forward of every layer before one backward; FSDP2's backward hooks (prefetch
-    by forward order, one reduce-scatter per forward) then issue their
-    collectives in an order that differs between ranks, and a two-rank run hung.
-    Both take the plain path, one full row per sample (the same values).
-    """
-    if is_fsdp(model):
-        return 0
-    for name in ("is_activation_checkpointing", "is_gradient_checkpointing"):  # transformers 5, 4
-        on = getattr(model, name, None)  # a peft wrapper forwards it to its base model
-        if on is not None:
-            return 0 if on else min_tokens
-    return min_tokens
-
-
 def pack(
     input_ids: torch.Tensor, attention_mask: torch.Tensor, loss_mask: torch.Tensor
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
@@ -272,3 +260,117 @@ def pack(
         torch.cat(positions).unsqueeze(0),
         packed_trained.unsqueeze(0),
     )
+
+
+@dataclass(frozen=True)
+class MicroBatch:
+    """One forward (and backward) of a training pass: its samples, collated once.
+
+    ``index``: the samples' places in the list they were packed from. ``weight`` is
+    the micro-batch's share of its optimizer step's trained tokens (or sequences,
+    seq-mean-token-mean) over all ranks, times the world size (FSDP averages gradients
+    over ranks). A padding micro-batch (``real`` False) holds the 2-token filler,
+    weighted 0: it only keeps the ranks' collectives in step."""
+
+    samples: list[Sample]
+    batch: dict[str, torch.Tensor]
+    index: list[int]
+    weight: float = 1.0
+    real: bool = True
+
+
+def pass_batches(
+    samples: Sequence[Sample], max_tokens: int, *, shared_prefix_min: int, pad_id: int
+) -> list[MicroBatch]:
+    """``samples`` as the no-grad passes' micro-batches of at most ``max_tokens`` padded
+    tokens, collated once for the step's proximal and reference passes."""
+    out = []
+    for idx in pack_by_tokens(samples, max_tokens, shared_prefix_min=shared_prefix_min):
+        chunk = [samples[i] for i in idx]
+        out.append(
+            MicroBatch(chunk, collate(chunk, pad_id, shared_prefix_min=shared_prefix_min), idx)
+        )
+    return out
+
+
+def _trained(sample: Sample) -> int:
+    return int(sum(sample.mask[1:]))
+
+
+def micro_batch_plan(
+    samples: Sequence[Sample],
+    *,
+    mini_batch_size: int,
+    micro_batch_tokens: int,
+    token_mean: bool,
+    generator: torch.Generator,
+    prefix_min: int,
+    pad_id: int,
+    world_size: int = 1,
+) -> list[list[MicroBatch]]:
+    """One epoch over ``samples``: its mini-batches (one optimizer step each) in a
+    seeded random order, each as its token-budget micro-batches (:func:`micro_batches`).
+
+    ``mini_batch_size`` over all ranks (0: one mini-batch, as large as the largest
+    rank's share: ranks may hold unequal ones). Every rank gets the same number of
+    mini-batches and, within each, of micro-batches (padding with filler ones), so the
+    collectives of the update line up."""
+    if mini_batch_size:
+        size = max(1, mini_batch_size // world_size)
+        n_mini = int(all_reduce(-(-len(samples) // size), op="max"))
+    else:  # one mini-batch on every rank, unless no rank holds a sample
+        longest = int(all_reduce(len(samples), op="max"))
+        size, n_mini = max(1, longest), min(1, longest)
+    order = torch.randperm(len(samples), generator=generator).tolist()
+    minis = [[samples[i] for i in order[m * size : (m + 1) * size]] for m in range(n_mini)]
+    return [
+        plan
+        for _, plan in micro_batches(
+            minis,
+            micro_batch_tokens,
+            token_mean=token_mean,
+            prefix_min=prefix_min,
+            pad_id=pad_id,
+            world_size=world_size,
+        )
+    ]
+
+
+def micro_batches(
+    minis: Sequence[Sequence[Sample]],
+    micro_batch_tokens: int,
+    *,
+    token_mean: bool,
+    prefix_min: int,
+    pad_id: int,
+    world_size: int = 1,
+) -> list[tuple[float, list[MicroBatch]]]:
+    """Optimizer steps' samples (``minis``: this rank's share of each) as token-budget
+    micro-batches, collated, each step with its count over all ranks (trained tokens, or
+    sequences without ``token_mean``) that its weights divide by: the plan GRPO's update
+    and SFT's step share.
+
+    Every rank gets as many micro-batches per step as the rank with the most, padding with
+    filler ones (2 tokens, nothing trained, weight 0), so FSDP's collectives line up. All
+    the steps' counts are reduced over ranks in two collectives."""
+    counts = [sum(_trained(s) for s in mini) if token_mean else len(mini) for mini in minis]
+    packs = [
+        pack_by_tokens(mini, micro_batch_tokens, shared_prefix_min=prefix_min) if mini else []
+        for mini in minis
+    ]
+    totals = all_reduce_values(counts)
+    widths = all_reduce_values([len(p) for p in packs], op="max")
+    filler = Sample(ids=[pad_id, pad_id], mask=[0, 0])
+    steps = []
+    for mini, packed, total, width in zip(minis, packs, totals, widths, strict=True):
+        plan = []
+        for j in range(int(width)):
+            if j >= len(packed):  # this rank has fewer: a zero, graph-connected loss
+                plan.append(MicroBatch([filler], collate([filler], pad_id), [], 0.0, real=False))
+                continue
+            chunk = [mini[i] for i in packed[j]]
+            share = sum(_trained(s) for s in chunk) if token_mean else len(chunk)
+            batch = collate(chunk, pad_id, shared_prefix_min=prefix_min)
+            plan.append(MicroBatch(chunk, batch, packed[j], share / max(total, 1) * world_size))
+        steps.append((total, plan))
+    return steps

@@ -67,7 +67,8 @@ class ModelConfig(Section):
     fused_logprob_head: bool = option(
         False,
         "Output layer + sampled-token log-prob with a hand-written chunked backward "
-        "(spreadrl/train/fused_head.py) instead of autograd over checkpointed chunks.",
+        "(FusedHeadLogprob, spreadrl/train/logprobs.py) instead of autograd over checkpointed "
+        "chunks.",
     )
     compile_layers: bool = option(
         False, "torch.compile each decoder layer (one shared graph; the first step compiles)."

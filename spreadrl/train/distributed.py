@@ -192,24 +192,24 @@ def is_fsdp(model: nn.Module) -> bool:
 
 def all_reduce(value: float, op: str = "sum") -> float:
     """Sum or max of a number over ranks (the number itself in a single process)."""
-    if not (dist.is_available() and dist.is_initialized()):
-        return value
-    tensor = torch.tensor([float(value)], dtype=torch.float64)
-    if dist.get_backend() == "nccl":
-        tensor = tensor.cuda()
-    dist.all_reduce(tensor, op=dist.ReduceOp.MAX if op == "max" else dist.ReduceOp.SUM)
-    return float(tensor.item())
+    return all_reduce_values([value], op)[0]
 
 
 def all_reduce_sums(values: Sequence[float]) -> list[float]:
     """Each number summed over ranks, in one collective (the numbers themselves in a single
     process): a step's counts cost one synchronisation, not one each."""
+    return [float(v) for v in all_reduce_values(values)]
+
+
+def all_reduce_values(values: Sequence[float], op: str = "sum") -> list[float]:
+    """Each number's sum (or max) over ranks, all in one collective; in a single process the
+    numbers themselves, unchanged."""
     if not (dist.is_available() and dist.is_initialized()):
-        return [float(v) for v in values]
+        return list(values)
     tensor = torch.tensor([float(v) for v in values], dtype=torch.float64)
     if dist.get_backend() == "nccl":
         tensor = tensor.cuda()
-    dist.all_reduce(tensor, op=dist.ReduceOp.SUM)
+    dist.all_reduce(tensor, op=dist.ReduceOp.MAX if op == "max" else dist.ReduceOp.SUM)
     return [float(v) for v in tensor.tolist()]
 
 

@@ -22,6 +22,7 @@ import time
 from contextlib import ExitStack
 from pathlib import Path
 
+from spreadrl.config import config_record
 from spreadrl.data.task import TaskSet
 from spreadrl.errors import ConfigError, RunHalted
 from spreadrl.reporting import LogReporter, Reporter
@@ -30,7 +31,7 @@ from spreadrl.train.checks import StepChecks, check_grpo
 from spreadrl.train.config import DynamicSamplingConfig, GRPOConfig, LoggingConfig
 from spreadrl.train.distributed import release_for_generation
 from spreadrl.train.episodes import EpisodeSide, to_samples
-from spreadrl.train.setup import Run
+from spreadrl.train.setup import Checkpointed, Run
 from spreadrl.train.signals import StopSignals
 from spreadrl.train.sources import StepSource, open_source
 from spreadrl.train.step_metrics import report_step, save_crashes, save_harness_traces
@@ -60,7 +61,12 @@ def train_grpo(
     neither the end-state checkpoint nor the final model, and returns the run folder."""
     wait_s = rollout_wait_s(cfg.rollout, cfg.sampling, cfg.eval)  # sizes the collectives' timeout
     run = Run.start(
-        cfg, reporter or LogReporter(), seed_per_rank=True, rollout_wait_s=wait_s, save_end=save_end
+        cfg,
+        config_record(cfg),  # the whole config as data, once: run.json, config.yaml, trackers
+        reporter or LogReporter(),
+        seed_per_rank=True,
+        rollout_wait_s=wait_s,
+        save_end=save_end,
     )
     try:  # the rollout engine, set up: it refuses here too, before any model loads
         engine = check_grpo(cfg.rollout, cfg.model, cfg.data, run.info, seed=cfg.seed)
@@ -130,7 +136,7 @@ def train_steps(
     signals = StopSignals(info.rank if info.enabled else None)
     signals.install()
     checks = StepChecks(sampling)
-    parts = trained.checkpointed()
+    parts = Checkpointed(trained.model, trained.tokenizer, trained.optimizer, trained.scheduler)
     try:
         for step in range(start + 1, steps + 1):
             t_step = time.perf_counter()

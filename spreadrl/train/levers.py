@@ -13,21 +13,25 @@ compare them within float tolerance):
   (``model.compile_layers``), as torchtitan compiles its blocks: the layers share
   one graph, the model's Python glue stays eager;
 - :func:`use_fused_head`: the fused output layer + log-prob
-  (``model.fused_logprob_head``, :mod:`spreadrl.train.fused_head`), beside the
-  chunked, checkpointed path :mod:`spreadrl.train.logprobs` runs by default;
+  (``model.fused_logprob_head``, :class:`spreadrl.train.logprobs.FusedHeadLogprob`),
+  beside the chunked, checkpointed path :mod:`spreadrl.train.logprobs` runs by default;
 - fused AdamW (``optim.fused_adamw``): one kernel for every parameter's step
   (:func:`spreadrl.train.optimizer.build_optimizer`).
 
-- :func:`use_packed_sequences`: packed micro-batches (``model.packed_sequences``,
-  :mod:`spreadrl.train.batching`): no padding inside a micro-batch, the rows
-  separated by position resets (a varlen flash kernel where one is installed,
-  a block-diagonal mask otherwise).
+- packed micro-batches (``model.packed_sequences``, :mod:`spreadrl.train.batching`): no
+  padding inside a micro-batch, the rows separated by position resets (a varlen flash
+  kernel where one is installed, a block-diagonal mask otherwise).
+
+:func:`apply_model_levers` returns what took effect (:class:`ModelLevers`): the log-prob
+passes read it once, at build time (:class:`spreadrl.train.logprobs.LogprobSettings`),
+instead of asking the model at every call.
 """
 
 from __future__ import annotations
 
 import logging
 from collections.abc import Sequence
+from dataclasses import dataclass
 
 from torch import nn
 
@@ -35,24 +39,36 @@ from spreadrl.train.config import ModelConfig
 
 log = logging.getLogger(__name__)
 
-FUSED_HEAD_FLAG = "_spreadrl_fused_logprob_head"
-PACKED_FLAG = "_spreadrl_packed_sequences"
+
+@dataclass(frozen=True)
+class ModelLevers:
+    """What the model-side levers changed in how a built model runs its training passes.
+
+    ``fused_head``: the fused output layer took (a plain linear head); ``packed``: packed
+    micro-batches; ``checkpointed``: activation checkpointing is on, so the model cannot
+    run a shared prefix's KV cache (a checkpointed layer drops the cache it is given)."""
+
+    fused_head: bool = False
+    packed: bool = False
+    checkpointed: bool = False
 
 
 def apply_model_levers(
     model: nn.Module, layers: Sequence[nn.Module], model_cfg: ModelConfig
-) -> None:
+) -> ModelLevers:
     """The model-side levers ``model_cfg`` turns on (after activation checkpointing, before
-    FSDP2 shards the model, as torchtitan orders them). ``layers``: the model's decoder
-    layers (:func:`spreadrl.train.distributed.decoder_layers`), found once by the caller."""
+    FSDP2 shards the model, as torchtitan orders them); what took effect. ``layers``: the
+    model's decoder layers (:func:`spreadrl.train.distributed.decoder_layers`)."""
     if model_cfg.gradient_checkpointing and model_cfg.checkpoint_every > 1:
         checkpoint_every(layers, model_cfg.checkpoint_every)
-    if model_cfg.fused_logprob_head:
-        use_fused_head(model)
-    if model_cfg.packed_sequences:
-        use_packed_sequences(model)
+    fused = model_cfg.fused_logprob_head and use_fused_head(model)
     if model_cfg.compile_layers:
         compile_decoder_layers(layers)
+    return ModelLevers(
+        fused_head=fused,
+        packed=model_cfg.packed_sequences,
+        checkpointed=model_cfg.gradient_checkpointing,
+    )
 
 
 def checkpoint_every(layers: Sequence[nn.Module], every: int) -> list[int]:
@@ -84,32 +100,13 @@ def compile_decoder_layers(layers: Sequence[nn.Module], backend: str = "inductor
 
 
 def use_fused_head(model: nn.Module) -> bool:
-    """Mark ``model`` for the fused output layer + log-prob; False (the chunked path stays)
-    when its head is not a plain linear layer without bias (a LoRA-wrapped head)."""
+    """Whether ``model``'s output layer can run fused: a plain linear layer without bias.
+    False (a warning; the chunked path stays) for anything else, a LoRA-wrapped head say."""
     head = model.get_output_embeddings() if hasattr(model, "get_output_embeddings") else None
-    plain = type(head) is nn.Linear and head.bias is None
-    if not plain:
-        log.warning(
-            "model.fused_logprob_head: the output layer is %s; chunked path kept",
-            type(head).__name__,
-        )
-        return False
-    setattr(model, FUSED_HEAD_FLAG, True)
-    return True
-
-
-def use_packed_sequences(model: nn.Module) -> None:
-    """Mark ``model``: its log-prob passes pack each micro-batch (:mod:`spreadrl.train.batching`)."""
-    setattr(model, PACKED_FLAG, True)
-
-
-def packed_on(model: nn.Module) -> bool:
-    """Whether :func:`use_packed_sequences` marked ``model`` (or the model it wraps)."""
-    inner = getattr(model, "module", model)
-    return bool(getattr(model, PACKED_FLAG, False) or getattr(inner, PACKED_FLAG, False))
-
-
-def fused_head_on(model: nn.Module) -> bool:
-    """Whether :func:`use_fused_head` marked ``model`` (or the model it wraps)."""
-    inner = getattr(model, "module", model)
-    return bool(getattr(model, FUSED_HEAD_FLAG, False) or getattr(inner, FUSED_HEAD_FLAG, False))
+    if type(head) is nn.Linear and head.bias is None:
+        return True
+    log.warning(
+        "model.fused_logprob_head: the output layer is %s; chunked path kept",
+        type(head).__name__,
+    )
+    return False

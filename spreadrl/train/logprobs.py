@@ -31,13 +31,25 @@ get it from here.
 Not handled: models that post-process logits after the output layer (logit
 soft-capping); their log-probs would be those of the raw logits.
 
-The no-grad log-prob pass: :class:`LogprobSettings` holds the values a training pass
-derives from other sections (sampling distribution, compute dtype, prefix sharing),
-decided once at build time; :func:`compute_logprobs` scores samples without keeping
-activations (the proximal and reference passes of
-:meth:`spreadrl.train.trained_model.TrainedSide.logprob_passes`). Each group's shared
-prompt runs once per micro-batch (``shared_prefix_min``, see
-:mod:`spreadrl.train.batching`); the values equal the full rows' up to float rounding.
+How a pass runs is decided once, at build time, in :class:`LogprobSettings`: the
+sampling distribution, the compute dtype, prefix sharing, and what the model's levers
+changed (fused head, packed rows) and whether FSDP2 shards it; no call asks the model.
+:func:`compute_logprobs` scores samples without keeping activations (the proximal and
+reference passes of :meth:`spreadrl.train.trained_model.TrainedSide.logprob_passes`),
+over micro-batches collated once per step for both passes.
+
+The fused output layer (``model.fused_logprob_head``, :class:`FusedHeadLogprob`): the
+default path never holds the [tokens x vocabulary] logits whole, but autograd records a
+chunk's half-dozen [chunk x vocabulary] operations (the float copy, the temperature, the
+top-k/top-p cut, log-sum-exp, gather, entropy) and walks them back. The fused one does
+the same matrix multiplies (the head forward, its recompute in backward, the two
+gradient products) and writes the backward by hand: the gradient of ``log p(target)``
+over the kept tokens K of the sampling distribution is ``onehot(target) - p`` (p is 0
+outside K, and K, chosen by top-k/top-p, is held fixed as autograd holds it), and that of
+the entropy ``H`` is ``-p * (log p + H)``. So a chunk's backward holds two [chunk x
+vocabulary] float32 tensors instead of autograd's saved set, and launches a few kernels
+instead of autograd's chain. Same values within float rounding (the tests compare them,
+top-k/top-p and entropy included).
 """
 
 from __future__ import annotations
@@ -54,17 +66,9 @@ from torch.utils.checkpoint import checkpoint
 from spreadrl.rollout.config import RolloutConfig
 from spreadrl.rollout.kv_cache import cache_name, output_cache
 from spreadrl.rollout.sampling import process_logits
-from spreadrl.train.batching import (
-    MIN_SHARED_PREFIX,
-    Sample,
-    collate,
-    pack,
-    pack_by_tokens,
-    prefix_sharing,
-)
-from spreadrl.train.config import GRPOOptimConfig
+from spreadrl.train.batching import MIN_SHARED_PREFIX, MicroBatch, Sample, pack
 from spreadrl.train.distributed import is_fsdp
-from spreadrl.train.levers import fused_head_on, packed_on
+from spreadrl.train.levers import ModelLevers
 
 # CPU: float32 logits per chunk, 2**24 values (64 MiB); at a 151,936 vocabulary that is
 # 110 tokens, at the tiny preset's few thousand it is a whole micro-batch. Small on
@@ -80,6 +84,59 @@ BYTES_PER_LOGIT = 24
 BYTES_PER_LOGIT_CUT = 56
 CUDA_FREE_SHARE = 0.25  # of the free memory at the moment, for one chunk
 MAX_CHUNK_TOKENS = 8192
+
+
+@dataclass(frozen=True)
+class LogprobSettings:
+    """How a training pass scores tokens, decided once at build time.
+
+    Log-probs are those of the rollout's sampling distribution (temperature, top-k,
+    top-p; greedy rollouts, temperature 0, are scored under the plain softmax), in the
+    run's compute dtype, with a group's shared prompt run once per micro-batch when
+    ``shared_prefix_min`` > 0. ``fused_head`` and ``packed`` are the model's levers that
+    took (:class:`spreadrl.train.levers.ModelLevers`); ``sharded``: FSDP2 shards the model,
+    so its mixed-precision policy, not autocast, sets the compute dtype. The defaults are
+    the plain distribution in float32, for callers that score outside a recipe.
+    """
+
+    temperature: float = 1.0
+    top_k: int = 0
+    top_p: float = 1.0
+    compute_dtype: str = "float32"  # bfloat16: bf16 forward/backward over fp32 master weights
+    shared_prefix_min: int = 0  # a group's prompt run once when at least this long; 0 = off
+    fused_head: bool = False
+    packed: bool = False
+    sharded: bool = False
+
+    @classmethod
+    def for_model(
+        cls,
+        levers: ModelLevers,
+        *,
+        compute_dtype: str,
+        sharded: bool,
+        shared_prefix: bool,
+        rollout: RolloutConfig | None = None,
+    ) -> LogprobSettings:
+        """The settings of a recipe's model: ``rollout``'s sampling distribution (None: the
+        plain one, SFT's); a shared prefix only where the model can run one (not under FSDP2
+        nor activation checkpointing, see :mod:`spreadrl.train.batching`)."""
+        sampled = rollout is not None and rollout.temperature > 0
+        prefix_ok = shared_prefix and not (sharded or levers.checkpointed)
+        return cls(
+            temperature=rollout.temperature if sampled else 1.0,
+            top_k=rollout.top_k if sampled else 0,
+            top_p=rollout.top_p if sampled else 1.0,
+            compute_dtype=compute_dtype,
+            shared_prefix_min=MIN_SHARED_PREFIX if prefix_ok else 0,
+            fused_head=levers.fused_head,
+            packed=levers.packed,
+            sharded=sharded,
+        )
+
+    def autocast(self, device: torch.device) -> contextlib.AbstractContextManager[object]:
+        """Where the passes' forwards run: see :func:`compute_context`."""
+        return _autocast(self.compute_dtype, self.sharded, device)
 
 
 def chunk_tokens_for(
@@ -145,7 +202,7 @@ def selective_logprobs(
 
     Chunks of ``chunk_tokens`` rows (default: :func:`chunk_tokens_for` the
     head's vocabulary on ``hidden``'s device); with grad each chunk is checkpointed, or,
-    ``fused`` (``model.fused_logprob_head``), runs in :mod:`spreadrl.train.fused_head`'s
+    ``fused`` (``model.fused_logprob_head``), runs in :class:`FusedHeadLogprob`'s
     hand-written backward. Returns (logp, entropy or None), float32.
     """
     vocab = getattr(head, "out_features", None) or head.weight.shape[0]
@@ -153,31 +210,19 @@ def selective_logprobs(
     grad = torch.is_grad_enabled() and (
         hidden.requires_grad or any(p.requires_grad for p in head.parameters())
     )
-    if fused and grad:
-        from spreadrl.train.fused_head import fused_logprobs
-
-        return fused_logprobs(
-            head.weight,
-            hidden,
-            targets,
-            temperature=temperature,
-            top_k=top_k,
-            top_p=top_p,
-            with_entropy=with_entropy,
-            chunk_tokens=size,
-        )
     args = (temperature, top_k, top_p, with_entropy)
-    parts = []
-    for start in range(0, hidden.shape[0], size):
-        h, t = hidden[start : start + size], targets[start : start + size]
-        if grad:
-            parts.append(checkpoint(_chunk_logprobs, head, h, t, *args, use_reentrant=False))
-        else:
-            parts.append(_chunk_logprobs(head, h, t, *args))
-    if not parts:
-        out = hidden.new_zeros((0, 2) if with_entropy else (0,), dtype=torch.float32)
+    if fused and grad:
+        out = FusedHeadLogprob.apply(hidden, head.weight, targets, *args, size)
     else:
-        out = torch.cat(parts)
+        parts = []
+        for start in range(0, hidden.shape[0], size):
+            h, t = hidden[start : start + size], targets[start : start + size]
+            if grad:
+                parts.append(checkpoint(_chunk_logprobs, head, h, t, *args, use_reentrant=False))
+            else:
+                parts.append(_chunk_logprobs(head, h, t, *args))
+        empty = hidden.new_zeros((0, 2) if with_entropy else (0,), dtype=torch.float32)
+        out = torch.cat(parts) if parts else empty
     if with_entropy:
         return out[:, 0], out[:, 1]
     return out, None
@@ -231,13 +276,18 @@ def compute_context(model: nn.Module, dtype: str) -> contextlib.AbstractContextM
     ``torch.autocast`` in one process; nothing under FSDP2, whose mixed-precision
     policy (:func:`spreadrl.train.distributed.shard_model`) already hands the
     forward bf16 parameters, nor for float32. Backward runs outside it, in the
-    dtypes the forward chose (as autocast asks). Every forward of the trained
-    model runs in it: these log-prob passes, and the hf rollouts that sample
-    with it.
+    dtypes the forward chose (as autocast asks). The hf rollouts that sample with the
+    trained model run in it; the log-prob passes run in their settings' own
+    (:meth:`LogprobSettings.autocast`, decided at build time).
     """
-    if dtype == "float32" or is_fsdp(model):
+    return _autocast(dtype, is_fsdp(model), next(model.parameters()).device)
+
+
+def _autocast(
+    dtype: str, sharded: bool, device: torch.device
+) -> contextlib.AbstractContextManager[object]:
+    if dtype == "float32" or sharded:
         return contextlib.nullcontext()
-    device = next(model.parameters()).device
     return torch.autocast(device_type=device.type, dtype=getattr(torch, dtype))
 
 
@@ -296,22 +346,19 @@ def _prefix_inputs(
 def sequence_logprobs(
     model: nn.Module,
     batch: dict[str, torch.Tensor],
-    temperature: float = 1.0,
+    settings: LogprobSettings = LogprobSettings(),
     *,
-    top_k: int = 0,
-    top_p: float = 1.0,
     entropy: bool = False,
     chunk_tokens: int | None = None,
-    compute_dtype: str = "float32",
 ) -> tuple[torch.Tensor, torch.Tensor | None]:
     """Per-target log-probs [B, T-1] of ``batch``'s own next tokens; entropy [B, T-1] or None.
 
     ``batch`` is :func:`spreadrl.train.batching.collate`'s output. Only the
     positions where ``batch["loss_mask"]`` is nonzero are computed; the others
-    are 0 and must not be used (every loss masks them). ``temperature``,
-    ``top_k`` and ``top_p`` describe the sampling distribution the rollout
-    drew from (temperature 1, no top-k/top-p for greedy or SFT). With
-    ``entropy`` the entropy of that distribution is returned too, with grad.
+    are 0 and must not be used (every loss masks them). ``settings`` give the sampling
+    distribution the rollout drew from (the defaults: temperature 1, no top-k/top-p, for
+    greedy or SFT), the compute dtype and the model's levers. With ``entropy`` the
+    entropy of that distribution is returned too, with grad.
 
     When the batch carries prefix rows (collated with ``shared_prefix_min``),
     they run through the model first and every row runs against its group's
@@ -320,7 +367,7 @@ def sequence_logprobs(
     once per sample. The result is aligned with the batch's cut rows, like its
     loss mask.
 
-    ``compute_dtype``: the forward's matmul dtype (``bfloat16``: autocast over
+    The compute dtype is the forward's matmul dtype (``bfloat16``: autocast over
     float32 master weights in one process; under FSDP2 its mixed-precision policy
     does it), see :mod:`spreadrl.train.precision`. Log-probs are float32 always.
 
@@ -334,22 +381,22 @@ def sequence_logprobs(
     positions = batch["loss_mask"].to(device) > 0  # [B, T-1]
     targets = input_ids[:, 1:][positions]  # [n]
     kwargs = dict(
-        temperature=temperature if temperature > 0 else 1.0,
-        top_k=top_k,
-        top_p=top_p,
+        temperature=settings.temperature if settings.temperature > 0 else 1.0,
+        top_k=settings.top_k,
+        top_p=settings.top_p,
         with_entropy=entropy,
         chunk_tokens=chunk_tokens,
-        fused=fused_head_on(model),  # model.fused_logprob_head (spreadrl.train.levers)
+        fused=settings.fused_head,  # model.fused_logprob_head (spreadrl.train.levers)
     )
     forward: dict[str, object] = {
         "attention_mask": batch["attention_mask"].to(device),
         "use_cache": False,
     }
     model_ids, model_positions = input_ids, positions
-    if "prefix_ids" not in batch and packed_on(model):  # model.packed_sequences
+    if "prefix_ids" not in batch and settings.packed:  # model.packed_sequences
         model_ids, pos_ids, model_positions = pack(input_ids, forward["attention_mask"], positions)
         forward = {"position_ids": pos_ids, "use_cache": False}
-    with compute_context(model, compute_dtype):
+    with settings.autocast(device):
         if "prefix_ids" in batch:
             forward = _prefix_inputs(model, batch, device)
         head = _selective_head(model.get_output_embeddings(), model_positions, targets, kwargs)
@@ -371,75 +418,121 @@ def sequence_logprobs(
     return logp, ent
 
 
-@dataclass(frozen=True)
-class LogprobSettings:
-    """How a training pass scores tokens: the values derived from other sections, once.
-
-    Log-probs are those of the rollout's sampling distribution (temperature, top-k,
-    top-p; greedy rollouts, temperature 0, are scored under the plain softmax), in
-    the run's compute dtype, with a group's shared prompt run once per micro-batch
-    when ``optim.shared_prefix`` is on. The defaults are the plain distribution in
-    float32 without prefix sharing, for callers that score outside a recipe.
-    """
-
-    temperature: float = 1.0
-    top_k: int = 0
-    top_p: float = 1.0
-    compute_dtype: str = "float32"  # bfloat16: bf16 forward/backward over fp32 master weights
-    shared_prefix_min: int = 0  # a group's prompt run once when at least this long; 0 = off
-
-    @classmethod
-    def for_run(
-        cls, rollout: RolloutConfig, optim: GRPOOptimConfig, compute_dtype: str
-    ) -> LogprobSettings:
-        """The recipe's log-prob settings: ``compute_dtype`` from :func:`spreadrl.train.precision.compute_dtype`."""
-        sampled = rollout.temperature > 0
-        return cls(
-            temperature=rollout.temperature if sampled else 1.0,
-            top_k=rollout.top_k if sampled else 0,
-            top_p=rollout.top_p if sampled else 1.0,
-            compute_dtype=compute_dtype,
-            shared_prefix_min=MIN_SHARED_PREFIX if optim.shared_prefix else 0,
-        )
-
-    def sequence_logprobs(
-        self, model: nn.Module, batch: dict[str, torch.Tensor], *, entropy: bool = False
-    ) -> tuple[torch.Tensor, torch.Tensor | None]:
-        """:func:`sequence_logprobs` of ``batch`` under ``model`` with these settings: the
-        one call the no-grad passes and the update's loss make."""
-        return sequence_logprobs(
-            model,
-            batch,
-            self.temperature,
-            top_k=self.top_k,
-            top_p=self.top_p,
-            entropy=entropy,
-            compute_dtype=self.compute_dtype,
-        )
-
-
 def compute_logprobs(
     model: nn.Module,
     samples: Sequence[Sample],
-    optim: GRPOOptimConfig,
-    logprob_settings: LogprobSettings,
-    *,
-    pad_id: int,
+    batches: Sequence[MicroBatch],
+    settings: LogprobSettings,
 ) -> list[list[float]]:
     """Per-target log-probs of each sample under ``model``, without keeping activations.
 
-    Only trained positions (mask 1) are computed; the others are 0. Micro-batches
-    hold ``optim.micro_batch_tokens`` tokens.
+    ``batches``: the samples' micro-batches (:func:`spreadrl.train.batching.pass_batches`),
+    collated once for every pass of the step. Only trained positions (mask 1) are
+    computed; the others are 0.
     """
-    prefix_min = prefix_sharing(model, logprob_settings.shared_prefix_min)
     out: list[list[float]] = [[] for _ in samples]
     with torch.no_grad():
-        for idx in pack_by_tokens(samples, optim.micro_batch_tokens, shared_prefix_min=prefix_min):
-            batch = collate([samples[i] for i in idx], pad_id, shared_prefix_min=prefix_min)
-            logp, _ = logprob_settings.sequence_logprobs(model, batch)
+        for micro in batches:
+            batch = micro.batch
+            logp, _ = sequence_logprobs(model, batch, settings)
             logp = logp.float().cpu()
-            offsets = batch["offsets"].tolist() if "offsets" in batch else [0] * len(idx)
-            for row, (i, cut) in enumerate(zip(idx, offsets, strict=True)):
+            offsets = batch["offsets"].tolist() if "offsets" in batch else [0] * len(micro.index)
+            for row, (i, cut) in enumerate(zip(micro.index, offsets, strict=True)):
                 own = logp[row, : len(samples[i].ids) - 1 - cut].tolist()
                 out[i] = [0.0] * cut + own  # the cut prefix holds no trained position
     return out
+
+
+def _fused_scores(
+    raw: torch.Tensor, temperature: float, top_k: int, top_p: float, targets: torch.Tensor
+):
+    """(processed float32 scores with the target always kept, the raw scaled logits)."""
+    raw = raw.float()
+    if temperature != 1.0:
+        raw = raw / temperature
+    if not (top_k or top_p < 1.0):
+        return raw
+    scores = process_logits(raw, 1.0, top_k, top_p)
+    index = targets.unsqueeze(-1)
+    return scores.scatter(-1, index, raw.gather(-1, index))
+
+
+def _matmul_dtype(saved: torch.dtype | None, tensor: torch.Tensor) -> torch.dtype:
+    return saved if saved is not None else tensor.dtype
+
+
+class FusedHeadLogprob(torch.autograd.Function):
+    """``[n]`` (or ``[n, 2]`` with entropy) log-probs of ``targets`` under ``hidden @ weight.T``.
+
+    ``forward`` and ``backward`` keep the signatures of ``torch.autograd.Function``'s
+    (``apply``'s arguments arrive as ``*args``) and hand them to typed functions."""
+
+    @staticmethod
+    def forward(ctx: Any, *args: Any, **kwargs: Any) -> torch.Tensor:
+        return _fused_forward(ctx, *args, **kwargs)
+
+    @staticmethod
+    def backward(ctx: Any, *grad_outputs: Any) -> tuple[torch.Tensor | None, ...]:
+        (grad_out,) = grad_outputs
+        return _fused_backward(ctx, grad_out)
+
+
+def _fused_forward(
+    ctx: Any,
+    hidden: torch.Tensor,
+    weight: torch.Tensor,
+    targets: torch.Tensor,
+    temperature: float,
+    top_k: int,
+    top_p: float,
+    with_entropy: bool,
+    chunk: int,
+) -> torch.Tensor:
+    """:meth:`FusedHeadLogprob.forward`: the log-probs, chunk by chunk."""
+    device = hidden.device.type
+    dtype = torch.get_autocast_dtype(device) if torch.is_autocast_enabled(device) else None
+    ctx.save_for_backward(hidden, weight, targets)
+    ctx.args = (temperature, top_k, top_p, with_entropy, chunk, dtype)
+    out = []
+    for start in range(0, hidden.shape[0], chunk):
+        h, t = hidden[start : start + chunk], targets[start : start + chunk]
+        cd = _matmul_dtype(dtype, h)
+        scores = _fused_scores(h.to(cd) @ weight.to(cd).t(), temperature, top_k, top_p, t)
+        logz = torch.logsumexp(scores, dim=-1)
+        logp = scores.gather(-1, t.unsqueeze(-1)).squeeze(-1) - logz
+        if with_entropy:
+            probs = torch.softmax(scores, dim=-1)
+            finite = scores.masked_fill(~torch.isfinite(scores), 0.0)
+            logp = torch.stack((logp, logz - (probs * finite).sum(-1)), dim=-1)
+        out.append(logp)
+    if not out:
+        return hidden.new_zeros((0, 2) if with_entropy else (0,), dtype=torch.float32)
+    return torch.cat(out)
+
+
+def _fused_backward(ctx: Any, grad_out: torch.Tensor) -> tuple[torch.Tensor | None, ...]:
+    """:meth:`FusedHeadLogprob.backward`: the hand-written gradients (module docstring)."""
+    hidden, weight, targets = ctx.saved_tensors
+    temperature, top_k, top_p, with_entropy, chunk, dtype = ctx.args
+    grad_h = torch.empty_like(hidden)
+    grad_w = torch.zeros_like(weight, dtype=torch.float32)
+    for start in range(0, hidden.shape[0], chunk):
+        h, t = hidden[start : start + chunk], targets[start : start + chunk]
+        g = grad_out[start : start + chunk].float()
+        cd = _matmul_dtype(dtype, h)
+        hc, wc = h.to(cd), weight.to(cd)
+        scores = _fused_scores(hc @ wc.t(), temperature, top_k, top_p, t)
+        logp_all = torch.log_softmax(scores, dim=-1)
+        probs = logp_all.exp()  # 0 outside the kept set
+        g_logp = g[:, 0] if with_entropy else g
+        d = probs * -g_logp.unsqueeze(-1)
+        d.scatter_add_(-1, t.unsqueeze(-1), g_logp.unsqueeze(-1))
+        if with_entropy:
+            entropy = -(probs * logp_all.masked_fill(probs == 0, 0.0)).sum(-1, keepdim=True)
+            d -= g[:, 1:2] * probs * (logp_all.masked_fill(probs == 0, 0.0) + entropy)
+        if temperature != 1.0:
+            d = d / temperature
+        d = d.to(cd)
+        grad_h[start : start + chunk] = (d @ wc).to(hidden.dtype)
+        grad_w += (d.t() @ hc).float()
+    return grad_h, grad_w.to(weight.dtype), None, None, None, None, None, None

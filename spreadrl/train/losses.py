@@ -1,7 +1,8 @@
 """The RL loss as pure tensor functions (shapes [batch, tokens] unless said).
 
 :func:`grpo_token_loss` is GRPO's whole loss, assembled from the pieces above it
-(the clipped policy term, TIS weights, the KL estimate, masked means).
+(the clipped policy term, TIS weights, the KL estimate, masked means);
+:func:`batch_loss` applies it to a collated micro-batch.
 
 Every function takes per-token tensors aligned with the targets and a 0/1
 ``mask`` of the tokens the policy produced; masked positions (prompt, tool
@@ -151,3 +152,29 @@ def grpo_token_loss(
         metrics["entropy"] = float(ent.detach())
     metrics["loss"] = float(total.detach())
     return total, metrics
+
+
+def batch_loss(
+    logp: torch.Tensor,
+    entropy: torch.Tensor | None,
+    batch: dict[str, torch.Tensor],
+    cfg: LossConfig,
+) -> tuple[torch.Tensor, dict[str, float]]:
+    """:func:`grpo_token_loss` of one collated micro-batch (:func:`spreadrl.train.batching.collate`)
+    given the policy's log-probs (and entropy) of it, with grad; and its metrics.
+
+    The old log-probs are the batch's (the proximal pass), or ``logp`` itself, detached,
+    when the step takes one optimizer step (the same weights)."""
+    device = logp.device
+    old = batch.get("old_logprobs")
+    rollout, ref = batch.get("rollout_logprobs"), batch.get("ref_logprobs")
+    return grpo_token_loss(
+        logp,
+        logp.detach() if old is None else old.to(device),
+        batch["advantages"].to(device),
+        batch["loss_mask"].to(device),
+        cfg,
+        rollout_logp=None if rollout is None else rollout.to(device),
+        ref_logp=None if ref is None else ref.to(device),
+        entropy=entropy,
+    )

@@ -25,7 +25,7 @@ from torch.optim import Optimizer
 from torch.optim.lr_scheduler import LRScheduler
 from transformers import PreTrainedTokenizerBase
 
-from spreadrl.config import YAMLValue, dump_config, section_dict
+from spreadrl.config import ConfigRecord, YAMLValue
 from spreadrl.errors import ConfigError, RunStopped, SpreadrlError
 from spreadrl.reporting import Reporter
 from spreadrl.run_folder import Claim, RunIdentity, claim_run_folder, cut_back_jsonl, flatten
@@ -83,6 +83,7 @@ class Run:
     def start(
         cls,
         cfg: RecipeConfig,
+        record: ConfigRecord,
         reporter: Reporter,
         *,
         seed_per_rank: bool = False,
@@ -92,20 +93,19 @@ class Run:
         """Join the process group, write ``config.yaml``, seed, resolve the run's precision,
         find the resume point.
 
-        The whole config is read here and only here, turned into plain data once: it is
-        the run folder's record (``run.json``), ``config.yaml`` and the trackers' config;
-        the rest of the run gets sections. ``rollout_wait_s``: how much longer one rank's
-        episodes may keep it than another's (:func:`~spreadrl.train.timeouts.rollout_wait_s`),
-        added to the collective timeout."""
+        ``record``: ``cfg`` turned into plain data once by the recipe
+        (:func:`spreadrl.config.config_record`): the run folder's record (``run.json``),
+        ``config.yaml`` and the trackers' config; the rest of the run gets sections.
+        ``rollout_wait_s``: how much longer one rank's episodes may keep it than another's
+        (:func:`~spreadrl.train.timeouts.rollout_wait_s`), added to the collective timeout."""
         device = resolve_device(cfg.device)
         info = init_distributed(device, timeout_s=collective_timeout_s(rollout_wait_s))
         out = Path(cfg.output_dir)
-        resolved = section_dict(cfg)
         if info.is_main:  # one run per folder: refuse another run's folder (run.json)
-            claim_training_folder(cfg, resolved)
+            claim_training_folder(cfg, record.data)
         out.mkdir(parents=True, exist_ok=True)
         if info.is_main:
-            (out / "config.yaml").write_text(dump_config(resolved))
+            (out / "config.yaml").write_text(record.yaml)
         seed = cfg.seed + (info.rank if seed_per_rank else 0)
         random.seed(seed)
         np.random.seed(seed % 2**32)
@@ -126,7 +126,7 @@ class Run:
             checkpoint=cfg.checkpoint,
             ckpt_root=root,
             resume_from=resume_from,
-            metrics=build_metrics_log(cfg.logging, out, resolved, main=info.is_main),
+            metrics=build_metrics_log(cfg.logging, out, record.data, main=info.is_main),
             save_end=save_end,
         )
 

@@ -19,24 +19,19 @@ from torch.optim import Optimizer
 from torch.optim.lr_scheduler import LRScheduler
 from transformers import PreTrainedTokenizerBase
 
+from spreadrl.config import config_record
 from spreadrl.reporting import LogReporter, Reporter
-from spreadrl.train.batching import (
-    MIN_SHARED_PREFIX,
-    Sample,
-    collate,
-    prefix_sharing,
-)
+from spreadrl.train.batching import Sample, micro_batches
 from spreadrl.train.checkpoint import resume_trainer_state
 from spreadrl.train.config import SFTConfig
 from spreadrl.train.distributed import all_reduce, rank_slice, shard_model
-from spreadrl.train.logprobs import sequence_logprobs
+from spreadrl.train.logprobs import LogprobSettings, sequence_logprobs
 from spreadrl.train.optimizer import build_optimizer, build_scheduler
 from spreadrl.train.sampler import EpochShuffle, torch_permutation
 from spreadrl.train.setup import Checkpointed, Run
 from spreadrl.train.sft_data import load_sft_dataset
 from spreadrl.train.signals import StopSignals
 from spreadrl.train.trained_model import build_model
-from spreadrl.train.update import micro_batches
 
 
 def sft_loss_step(
@@ -46,27 +41,25 @@ def sft_loss_step(
     pad_id: int,
     micro_batch_tokens: int,
     world_size: int = 1,
-    shared_prefix: bool = False,
-    compute_dtype: str = "float32",
+    settings: LogprobSettings = LogprobSettings(),
 ) -> dict[str, float]:
     """Accumulate gradients of the token-mean NLL over ``samples``; return loss and token count.
 
     Under FSDP each rank passes its share; normalising by the global token
     count (times the world size, since FSDP averages gradients) gives the
     single-process gradient, and ranks pad to the same number of micro-batches.
-    ``shared_prefix``: run the prefix a micro-batch's conversations share (the
-    system prompt, untrained) once per micro-batch, through the trainer's one
-    log-prob path (:func:`spreadrl.train.logprobs.sequence_logprobs`); the same
-    loss and gradients up to float rounding. Off under activation checkpointing and
-    FSDP (:func:`spreadrl.train.batching.prefix_sharing`). ``compute_dtype``: the
-    forward's dtype over the float32 master weights (:mod:`spreadrl.train.precision`).
+    ``settings``: how the model scores (:class:`~spreadrl.train.logprobs.LogprobSettings`,
+    the plain distribution): its compute dtype over the float32 master weights, its
+    levers, and ``shared_prefix_min``, which runs the prefix a micro-batch's
+    conversations share (the system prompt, untrained) once per micro-batch, through the
+    trainer's one log-prob path (:func:`spreadrl.train.logprobs.sequence_logprobs`); the
+    same loss and gradients up to float rounding.
     """
-    prefix_min = prefix_sharing(model, MIN_SHARED_PREFIX if shared_prefix else 0)
-    total, plan = micro_batches(
-        samples,
+    ((total, plan),) = micro_batches(
+        [samples],
         micro_batch_tokens,
         token_mean=True,
-        prefix_min=prefix_min,
+        prefix_min=settings.shared_prefix_min,
         pad_id=pad_id,
         world_size=world_size,
     )
@@ -75,8 +68,8 @@ def sft_loss_step(
         # a rank with fewer micro-batches runs a filler with nothing trained: its loss is a
         # graph-connected zero (see logprobs._selective_head), so FSDP's backward
         # collectives run on every rank and the filler adds nothing
-        batch = collate(micro.samples, pad_id, shared_prefix_min=prefix_min)
-        logp, _ = sequence_logprobs(model, batch, compute_dtype=compute_dtype)
+        batch = micro.batch
+        logp, _ = sequence_logprobs(model, batch, settings)
         mask = batch["loss_mask"].to(logp.device) * (1.0 if micro.real else 0.0)
         nll = -(logp * mask).sum() / max(total, 1) * world_size
         nll.backward()
@@ -93,8 +86,7 @@ def sft_update(
     *,
     pad_id: int,
     world_size: int,
-    shared_prefix: bool,
-    compute_dtype: str,
+    settings: LogprobSettings,
 ) -> dict[str, float]:
     """One optimizer step on ``batch`` (this rank's share): the gradient of
     :func:`sft_loss_step`, clipped to ``optim.grad_clip``, AdamW, the schedule; its metrics."""
@@ -105,8 +97,7 @@ def sft_update(
         pad_id=pad_id,
         micro_batch_tokens=cfg.micro_batch_tokens,
         world_size=world_size,
-        shared_prefix=shared_prefix,
-        compute_dtype=compute_dtype,
+        settings=settings,
     )
     params = [p for p in model.parameters() if p.requires_grad]
     norm = torch.nn.utils.clip_grad_norm_(params, cfg.optim.grad_clip)
@@ -114,23 +105,6 @@ def sft_update(
     optimizer.step()
     scheduler.step()
     return {**stats, "grad_norm": grad_norm, "lr": scheduler.get_last_lr()[0]}
-
-
-def sft_step_line(step: int, steps: int, metrics: dict[str, float]) -> str:
-    """The SFT step's line (printed by the reporter)."""
-    return (
-        f"sft step {step:>5}/{steps}  loss {metrics['loss']:.4f}  "
-        f"gnorm {metrics['grad_norm']:.3f}  lr {metrics['lr']:.2e}  "
-        f"{metrics['tokens_per_s']:.0f} tok/s"
-    )
-
-
-def _report_step(run: Run, step: int, steps: int, metrics: dict[str, float], every: int) -> None:
-    """The step's row in metrics.jsonl, and its line every ``every`` steps (main rank)."""
-    if run.info.is_main:
-        run.metrics.log(step, metrics)
-        if step == 1 or step % max(1, every) == 0 or step == steps:
-            run.reporter.line(sft_step_line(step, steps, metrics))
 
 
 def train_sft(
@@ -158,11 +132,16 @@ def train_sft(
     reporter = reporter or LogReporter()
     if shared_prefix is None:
         shared_prefix = cfg.shared_prefix
-    run = Run.start(cfg, reporter)
+    run = Run.start(cfg, config_record(cfg), reporter)  # the config as data, once
     info = run.info
-    model, tokenizer = build_model(cfg.model, run.precision, info.device, path=run.resume_from)
+    model, tokenizer, levers = build_model(
+        cfg.model, run.precision, info.device, path=run.resume_from
+    )
     compute_dtype = run.precision.compute_dtype
     shard_model(model, info, compute_dtype=compute_dtype, cpu_offload=cfg.model.cpu_offload)
+    settings = LogprobSettings.for_model(
+        levers, compute_dtype=compute_dtype, sharded=info.enabled, shared_prefix=shared_prefix
+    )
     pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0
     # the README's rows were once 5k tokens for a 4k model: the context bounds max_length
     context = getattr(model.config, "max_position_embeddings", None)
@@ -176,16 +155,16 @@ def train_sft(
     if run.already_done(state, steps):  # a finished run rerun: nothing to train
         return run.finish(model, tokenizer, keep_existing=True)
     start = state["step"] if state else 0
+    # SIGINT / SIGTERM: every rank stops after the same step, then saves it
+    signals = StopSignals(info.rank if info.enabled else None)
     order = EpochShuffle(data.samples, cfg.seed, permutation=torch_permutation)
     if state:
         order.load(state["extra"]["order"])
     parts = Checkpointed(model, tokenizer, optimizer, scheduler)
-    update_args = {"pad_id": pad_id, "world_size": info.world_size, "compute_dtype": compute_dtype}
-    update_args["shared_prefix"] = shared_prefix
+    update_args = {"pad_id": pad_id, "world_size": info.world_size, "settings": settings}
     model.train()
-    # SIGINT / SIGTERM: every rank stops after the same step, then saves it
-    signals = StopSignals(info.rank if info.enabled else None)
     signals.install()
+    every = max(1, cfg.logging.every_steps)
     try:
         for step in range(start + 1, steps + 1):
             t0 = time.perf_counter()
@@ -195,7 +174,14 @@ def train_sft(
             metrics["epoch"] = order.epoch
             metrics["step_s"] = elapsed
             metrics["tokens_per_s"] = sum(len(s.ids) for s in batch) / max(elapsed, 1e-9)
-            _report_step(run, step, steps, metrics, cfg.logging.every_steps)
+            if info.is_main:  # the step's row in metrics.jsonl, and its line every few steps
+                run.metrics.log(step, metrics)
+                if step == 1 or step % every == 0 or step == steps:
+                    run.reporter.line(
+                        f"sft step {step:>5}/{steps}  loss {metrics['loss']:.4f}  "
+                        f"gnorm {metrics['grad_norm']:.3f}  lr {metrics['lr']:.2e}  "
+                        f"{metrics['tokens_per_s']:.0f} tok/s"
+                    )
             extra: dict[str, object] = {"order": order.state()}
             saved = run.maybe_save(step, parts, extra)
             if step < steps and (signal_name := signals.requested(info)):

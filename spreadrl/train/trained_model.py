@@ -8,6 +8,15 @@ settings, the no-grad passes (:meth:`TrainedSide.logprob_passes`) and the update
 (:meth:`TrainedSide.update`), kept on ``self`` as a torchtune recipe keeps them. It never
 sees where the samples came from (the episode side, :mod:`spreadrl.train.episodes`).
 
+The update (:func:`policy_update`): PPO-style epochs over mini-batches, each one optimizer
+step over token-budget micro-batches (:func:`spreadrl.train.batching.micro_batch_plan`,
+the plan SFT's step shares). Loss aggregation is exact across micro-batches: each
+micro-batch's loss is weighted by its share of the mini-batch (trained tokens for
+token-mean, sequences for seq-mean-token-mean), so gradient accumulation gives the same
+gradient as one big batch would. Each group's shared prompt runs once per micro-batch
+(``shared_prefix_min``), as in the no-grad passes; the values equal the full rows' up to
+float rounding.
+
 The frozen reference policy of the KL term is one typed object, :class:`Reference`.
 
 Two shapes, one interface: a frozen deep copy of the starting model, or, when
@@ -21,7 +30,7 @@ from __future__ import annotations
 import copy
 import time
 import warnings
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from contextlib import AbstractContextManager, contextmanager
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -35,23 +44,24 @@ from transformers import PreTrainedTokenizerBase
 from spreadrl.models.compat import enable_activation_checkpointing, peft_wrapping
 from spreadrl.models.init import load_model_and_tokenizer
 from spreadrl.rollout.config import RolloutConfig
-from spreadrl.train.batching import Sample
+from spreadrl.train.batching import Sample, micro_batch_plan, pass_batches
 from spreadrl.train.checkpoint import TrainerState, resume_trainer_state
 from spreadrl.train.config import GRPOOptimConfig, LossConfig, ModelConfig
 from spreadrl.train.distributed import DistInfo, decoder_layers, gathered_params, shard_model
-from spreadrl.train.levers import apply_model_levers
-from spreadrl.train.logprobs import LogprobSettings, compute_logprobs
+from spreadrl.train.levers import ModelLevers, apply_model_levers
+from spreadrl.train.logprobs import LogprobSettings, compute_logprobs, sequence_logprobs
+from spreadrl.train.losses import batch_loss
 from spreadrl.train.memory import PeakMemory
 from spreadrl.train.optimizer import build_optimizer, build_scheduler, updates_per_step
 from spreadrl.train.precision import Precision
-from spreadrl.train.setup import Checkpointed, Run
-from spreadrl.train.update import policy_update
+from spreadrl.train.setup import Run
 
 
 def build_model(
     model_cfg: ModelConfig, precision: Precision, device: str, *, path: str | Path | None = None
-) -> tuple[nn.Module, PreTrainedTokenizerBase]:
-    """Load the policy (and tokenizer) from ``path`` or the config, add LoRA if configured.
+) -> tuple[nn.Module, PreTrainedTokenizerBase, ModelLevers]:
+    """Load the policy (and tokenizer) from ``path`` or the config, add LoRA if configured;
+    the speed levers that took (:class:`~spreadrl.train.levers.ModelLevers`).
 
     A LoRA checkpoint (``path`` with ``adapter_config.json``) holds the adapter alone:
     the base loads from ``model.name_or_path`` and the saved adapter goes back on it,
@@ -94,8 +104,8 @@ def build_model(
         if hasattr(model, "enable_input_require_grads"):
             model.enable_input_require_grads()
     # selective checkpointing, fused head, compile
-    apply_model_levers(model, decoder_layers(model), model_cfg)
-    return model, tokenizer
+    levers = apply_model_levers(model, decoder_layers(model), model_cfg)
+    return model, tokenizer, levers
 
 
 def build_policy(
@@ -105,10 +115,10 @@ def build_policy(
     device: str,
     *,
     resume_from: Path | None,
-) -> tuple[nn.Module, PreTrainedTokenizerBase, nn.Module]:
+) -> tuple[nn.Module, PreTrainedTokenizerBase, ModelLevers, nn.Module]:
     """The GRPO policy (from ``resume_from``, the newest checkpoint, when resuming), its
-    tokenizer, and the model its KL reference is made from: the starting weights, also
-    on resume.
+    tokenizer and levers, and the model its KL reference is made from: the starting
+    weights, also on resume.
 
     A checkpoint holds the policy as trained, so when resuming a full
     fine-tune with a KL term the starting model (``model.name_or_path``) is
@@ -116,11 +126,11 @@ def build_policy(
     weights. A LoRA policy is its own source: its base, adapters disabled,
     never trains.
     """
-    model, tokenizer = build_model(model_cfg, precision, device, path=resume_from)
+    model, tokenizer, levers = build_model(model_cfg, precision, device, path=resume_from)
     if loss.kl_coef <= 0 or resume_from is None or hasattr(model, "disable_adapter"):
-        return model, tokenizer, model
-    start, _ = build_model(model_cfg, precision, device)
-    return model, tokenizer, start
+        return model, tokenizer, levers, model
+    start, _, _ = build_model(model_cfg, precision, device)
+    return model, tokenizer, levers, start
 
 
 @dataclass
@@ -214,7 +224,7 @@ class TrainedSide:
         """The policy (from the run's resume point), its reference, both sharded, AdamW and
         a schedule over ``steps`` GRPO steps, the trainer state resumed when there is one."""
         info, compute_dtype = run.info, run.precision.compute_dtype
-        model, tokenizer, start_model = build_policy(
+        model, tokenizer, levers, start_model = build_policy(
             model_cfg, loss, run.precision, info.device, resume_from=run.resume_from
         )
         reference = build_reference(start_model, loss, dtype=compute_dtype)
@@ -233,7 +243,13 @@ class TrainedSide:
             reference=reference,
             optimizer=optimizer,
             scheduler=scheduler,
-            logprob_settings=LogprobSettings.for_run(rollout, optim, compute_dtype),
+            logprob_settings=LogprobSettings.for_model(
+                levers,
+                compute_dtype=compute_dtype,
+                sharded=info.enabled,  # shard_model shards under torchrun
+                shared_prefix=optim.shared_prefix,
+                rollout=rollout,
+            ),
             # asynchronous: tokens sampled by older weights than the ones updated are weighted
             # by min(pi_prox / pi_behav, cap) whatever loss.tis says (docs/async.md)
             loss=replace(loss, tis=True) if rollout.max_staleness else loss,
@@ -253,35 +269,36 @@ class TrainedSide:
     def pad_id(self) -> int:
         return self.tokenizer.pad_token_id or 0
 
-    def checkpointed(self) -> Checkpointed:
-        """What a checkpoint holds of the trained side."""
-        return Checkpointed(self.model, self.tokenizer, self.optimizer, self.scheduler)
-
     def logprob_passes(self, samples: list[Sample]) -> dict[str, float]:
         """Attach the proximal and the reference log-probs to ``samples``; their metrics.
 
         The proximal policy's log-probs first (decoupled PPO in asynchronous mode too):
         with one epoch of one mini-batch they are the weights of the single update,
-        whose detached log-probs :func:`~spreadrl.train.update.policy_update` uses, so
+        whose detached log-probs :func:`policy_update` uses, so
         the pass is skipped. Every rank enters both passes, even with no samples
         (dynamic sampling can keep none on one rank): gathering sharded parameters is
         a collective."""
-        memory, pad_id = self.memory, self.pad_id
+        memory, settings = self.memory, self.logprob_settings
         metrics = memory.figures("rollout")  # allocated, reserved and device peaks
         memory.reset()
         t0 = time.perf_counter()
+        proximal = bool(samples) and self.per_step > 1
+        batches = []
+        if proximal or self.reference is not None:  # packed and collated once for both
+            batches = pass_batches(
+                samples,
+                self.optim.micro_batch_tokens,
+                shared_prefix_min=settings.shared_prefix_min,
+                pad_id=self.pad_id,
+            )
         with gathered_params(self.model):
-            if samples and self.per_step > 1:
-                old = compute_logprobs(
-                    self.model, samples, self.optim, self.logprob_settings, pad_id=pad_id
-                )
+            if proximal:
+                old = compute_logprobs(self.model, samples, batches, settings)
                 for sample, lp in zip(samples, old, strict=True):
                     sample.old_logprobs = lp
         if self.reference is not None:  # a collective when sharded: every rank scores
             with self.reference.active() as module:
-                lps = compute_logprobs(
-                    module, samples, self.optim, self.logprob_settings, pad_id=pad_id
-                )
+                lps = compute_logprobs(module, samples, batches, settings)
             for sample, lp in zip(samples, lps, strict=True):
                 sample.ref_logprobs = lp
         metrics["logprobs_s"] = time.perf_counter() - t0
@@ -313,3 +330,61 @@ class TrainedSide:
         metrics["update_s"] = time.perf_counter() - t0
         metrics.update(self.memory.figures("train"))
         return metrics
+
+
+def policy_update(
+    model: nn.Module,
+    optimizer: Optimizer,
+    samples: Sequence[Sample],
+    loss_cfg: LossConfig,
+    optim: GRPOOptimConfig,
+    logprob_settings: LogprobSettings,
+    *,
+    pad_id: int,
+    scheduler: LRScheduler | None = None,
+    seed: int = 0,
+    world_size: int = 1,
+) -> dict[str, float]:
+    """PPO-style epochs over mini-batches (:func:`micro_batch_plan`); returns the step's
+    metrics, each averaged over the micro-batches (``grad_norm`` over optimizer steps).
+
+    Under data parallelism (``world_size`` > 1, FSDP averaging gradients over ranks)
+    each rank passes its own samples; the loss is normalised by the global token (or
+    sequence) count, so the step equals the single-process step on all samples. Ranks
+    may hold unequal numbers of samples (dynamic sampling drops groups per rank): with
+    ``mini_batch_size`` 0 every rank still takes one optimizer step per epoch; with a
+    mini-batch size each rank takes ``mini_batch_size // world_size`` of its own samples
+    per mini-batch, and a rank that runs out pads with filler mini-batches.
+    """
+    params = [p for p in model.parameters() if p.requires_grad]
+    metrics: dict[str, list[float]] = {}
+    generator = torch.Generator().manual_seed(seed)
+    model.train()
+    token_mean = loss_cfg.aggregation == "token-mean"
+    for _ in range(optim.ppo_epochs):
+        for plan in micro_batch_plan(
+            samples,
+            mini_batch_size=optim.mini_batch_size,
+            micro_batch_tokens=optim.micro_batch_tokens,
+            token_mean=token_mean,
+            generator=generator,
+            prefix_min=logprob_settings.shared_prefix_min,
+            pad_id=pad_id,
+            world_size=world_size,
+        ):
+            optimizer.zero_grad(set_to_none=True)
+            for micro in plan:
+                logp, entropy = sequence_logprobs(
+                    model, micro.batch, logprob_settings, entropy=loss_cfg.entropy_coef > 0
+                )
+                loss, info = batch_loss(logp, entropy, micro.batch, loss_cfg)
+                (loss * micro.weight).backward()
+                for key, value in info.items() if micro.real else ():
+                    metrics.setdefault(key, []).append(value)
+            grad_norm = torch.nn.utils.clip_grad_norm_(params, optim.grad_clip)
+            full = getattr(grad_norm, "full_tensor", None)
+            metrics.setdefault("grad_norm", []).append(float(full() if full else grad_norm))
+            optimizer.step()
+            if scheduler is not None:
+                scheduler.step()
+    return {k: sum(v) / len(v) for k, v in metrics.items() if v}

@@ -8,7 +8,7 @@ import torch
 import torch.multiprocessing as mp
 
 from spreadrl.train.batching import Sample
-from spreadrl.train.update import policy_update
+from spreadrl.train.trained_model import policy_update
 from tests.train.equivalence import assert_same_update
 from tests.train.update_args import update_args
 

@@ -16,7 +16,7 @@ import torch
 import torch.multiprocessing as mp
 
 from spreadrl.train.batching import Sample
-from spreadrl.train.update import policy_update
+from spreadrl.train.trained_model import policy_update
 from tests.train.equivalence import assert_same_update
 from tests.train.test_distributed import (
     _free_port,

@@ -14,8 +14,8 @@ from __future__ import annotations
 import pytest
 import torch
 
-import spreadrl.train.update as update
-from spreadrl.train.update import policy_update
+import spreadrl.train.batching as batching
+from spreadrl.train.trained_model import policy_update
 from tests.train.equivalence import assert_same_update, update_gaps
 from tests.train.test_distributed import SETTINGS, _grouped_samples, _model
 from tests.train.update_args import update_args
@@ -72,14 +72,14 @@ def test_rounding_level_paths_pass(tiny_model_dir, reference):
 
 def test_a_dropped_micro_batch_fails(tiny_model_dir, reference, monkeypatch):
     before, want = reference
-    plain = update.pack_by_tokens
+    plain = batching.pack_by_tokens
 
     def drop_last(*args, **kwargs):
         packs = plain(*args, **kwargs)
         assert len(packs) > 1
         return packs[:-1]
 
-    monkeypatch.setattr(update, "pack_by_tokens", drop_last)
+    monkeypatch.setattr(batching, "pack_by_tokens", drop_last)
     _, got = _step(tiny_model_dir)
     with pytest.raises(AssertionError, match="differ by"):
         assert_same_update(got, want, before)

@@ -21,7 +21,7 @@ from spreadrl.rollout.harness.program import HarnessProgram
 from spreadrl.rollout.runner import EpisodeJob, RunValues, run_episodes
 from spreadrl.train.episodes import to_samples
 from spreadrl.train.rewards import group_advantages
-from spreadrl.train.update import policy_update
+from spreadrl.train.trained_model import policy_update
 from tests.rollout.fakes import FakePool
 from tests.rollout.harness.scripted import ScriptedTokenPolicy
 from tests.rollout.harness.test_harness_episodes import AGENT, workbook_task

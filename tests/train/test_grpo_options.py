@@ -28,9 +28,8 @@ from spreadrl.models.init import load_model_and_tokenizer
 from spreadrl.train import trained_model as learner_module
 from spreadrl.train.config import GRPOConfig
 from spreadrl.train.grpo import train_grpo
-from spreadrl.train.logprobs import compute_logprobs
 from tests.rollout.fakes import FakePool, make_task
-from tests.train.update_args import logprob_args
+from tests.train.update_args import score
 
 
 def _cfg(model_dir, out, steps=1, extra=()):
@@ -102,9 +101,7 @@ class _Spy:
 
 def _logprobs_of(model_dir, samples):
     model, tok = load_model_and_tokenizer(str(model_dir))
-    return compute_logprobs(
-        model, samples, *logprob_args(micro_batch_tokens=4096), pad_id=tok.pad_token_id
-    )
+    return score(model, samples, pad_id=tok.pad_token_id, micro_batch_tokens=4096)
 
 
 def _trained_values(values, sample):

@@ -13,13 +13,13 @@ from spreadrl.train.batching import Sample, collate
 from spreadrl.train.config import GRPOConfig, ModelConfig
 from spreadrl.train.distributed import decoder_layers
 from spreadrl.train.levers import (
+    ModelLevers,
     apply_model_levers,
     checkpoint_every,
     compile_decoder_layers,
-    fused_head_on,
     use_fused_head,
 )
-from spreadrl.train.logprobs import selective_logprobs, sequence_logprobs
+from spreadrl.train.logprobs import LogprobSettings, selective_logprobs, sequence_logprobs
 
 
 def _model(layers: int = 4, vocab: int = 300, seed: int = 0) -> Qwen3ForCausalLM:
@@ -40,10 +40,12 @@ def _batch(vocab: int = 300) -> dict[str, torch.Tensor]:
     return collate([Sample(r, [0] * 5 + [1] * (len(r) - 5)) for r in rows], pad_id=0)
 
 
-def _loss_and_grads(model, **kwargs) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+def _loss_and_grads(
+    model, *, entropy: bool = False, **settings
+) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
     model.zero_grad(set_to_none=True)
     batch = _batch(model.config.vocab_size)
-    logp, ent = sequence_logprobs(model, batch, **kwargs)
+    logp, ent = sequence_logprobs(model, batch, LogprobSettings(**settings), entropy=entropy)
     mask = batch["loss_mask"]
     loss = -(logp * mask).sum() / mask.sum()
     if ent is not None:
@@ -124,23 +126,25 @@ def test_the_fused_head_gives_the_chunked_paths_log_probs_and_gradients(
     assert torch.allclose(w0, w1, atol=1e-5)
 
 
-def test_the_fused_head_runs_in_a_models_update_when_the_model_asks(monkeypatch):
-    from spreadrl.train import fused_head
+def test_the_fused_head_runs_in_a_models_update_when_the_settings_ask(monkeypatch):
+    from spreadrl.train import logprobs
 
     calls = []
-    original = fused_head.FusedHeadLogprob.backward
+    original = logprobs.FusedHeadLogprob.backward
 
     def counted(ctx, grad):
         calls.append(1)
         return original(ctx, grad)
 
-    monkeypatch.setattr(fused_head.FusedHeadLogprob, "backward", staticmethod(counted))
+    monkeypatch.setattr(logprobs.FusedHeadLogprob, "backward", staticmethod(counted))
     plain = _model()
     loss0, grads0 = _loss_and_grads(plain, temperature=0.8, top_p=0.9, entropy=True)
     assert not calls
     fused = _model()
-    assert use_fused_head(fused) and fused_head_on(fused)
-    loss1, grads1 = _loss_and_grads(fused, temperature=0.8, top_p=0.9, entropy=True)
+    assert use_fused_head(fused)
+    loss1, grads1 = _loss_and_grads(
+        fused, fused_head=True, temperature=0.8, top_p=0.9, entropy=True
+    )
     assert calls  # the hand-written backward ran
     assert torch.allclose(loss0, loss1, atol=1e-6)
     _close(grads0, grads1)
@@ -185,14 +189,20 @@ def test_the_settings_apply_the_levers_to_a_built_model(monkeypatch):
         compile_layers=True,
     )  # fmt: skip
     layers = decoder_layers(model)
-    apply_model_levers(model, layers, cfg)
+    took = apply_model_levers(model, layers, cfg)
     assert [layer.gradient_checkpointing for layer in model.model.layers] == [1, 0, 0, 1]
-    assert fused_head_on(model) and compiled == [layers]
+    assert took == ModelLevers(fused_head=True, packed=False, checkpointed=True)
+    assert compiled == [layers]
+    # a head that is no plain linear layer keeps the chunked path, and says so
+    biased = _model()
+    biased.set_output_embeddings(torch.nn.Linear(64, 300, bias=True))
+    plain_cfg = ModelConfig(fused_logprob_head=True, packed_sequences=True)
+    took = apply_model_levers(biased, decoder_layers(biased), plain_cfg)
+    assert took == ModelLevers(fused_head=False, packed=True, checkpointed=False)
 
 
 def test_packed_micro_batches_give_the_padded_log_probs_and_gradients():
     from spreadrl.train.batching import pack
-    from spreadrl.train.levers import packed_on, use_packed_sequences
 
     batch = _batch()
     ids, positions, trained = pack(batch["input_ids"], batch["attention_mask"], batch["loss_mask"])
@@ -202,13 +212,11 @@ def test_packed_micro_batches_give_the_padded_log_probs_and_gradients():
     padded = _model()
     loss0, grads0 = _loss_and_grads(padded, temperature=0.7, top_k=20, entropy=True)
     packed = _model()
-    use_packed_sequences(packed)
-    assert packed_on(packed)
     seen = []
     packed.register_forward_pre_hook(
         lambda _m, args, kw: seen.append(kw["input_ids"].shape), with_kwargs=True
     )
-    loss1, grads1 = _loss_and_grads(packed, temperature=0.7, top_k=20, entropy=True)
+    loss1, grads1 = _loss_and_grads(packed, packed=True, temperature=0.7, top_k=20, entropy=True)
     assert seen == [(1, 71)]
     assert torch.allclose(loss0, loss1, atol=1e-5)
     _close(grads0, grads1, tol=1e-5)

@@ -6,7 +6,7 @@ import torch
 from spreadrl.rollout.engines.hf import HFPolicy
 from spreadrl.rollout.types import SamplingParams
 from spreadrl.train.batching import Sample, collate
-from spreadrl.train.logprobs import sequence_logprobs
+from spreadrl.train.logprobs import LogprobSettings, sequence_logprobs
 
 # float32 on CPU: generation (KV cache, left padding, a batch of 4) and the trainer's
 # right-padded full-sequence forward differ by rounding only; 1e-4 on log-probs leaves
@@ -28,7 +28,8 @@ def _rollout(model, tok, params):
 
 def _recomputed(model, batch, contexts, turns, temperature, top_k, top_p):
     with torch.no_grad():
-        logp, _ = sequence_logprobs(model, batch, temperature, top_k=top_k, top_p=top_p)
+        settings = LogprobSettings(temperature=temperature, top_k=top_k, top_p=top_p)
+        logp, _ = sequence_logprobs(model, batch, settings)
     return [
         logp[row, len(c) - 1 : len(c) - 1 + len(t.token_ids)]
         for row, (c, t) in enumerate(zip(contexts, turns, strict=True))

@@ -5,7 +5,7 @@ import torch
 
 from spreadrl.rollout.sampling import process_logits
 from spreadrl.train.batching import Sample, collate
-from spreadrl.train.logprobs import chunk_tokens_for, sequence_logprobs
+from spreadrl.train.logprobs import LogprobSettings, chunk_tokens_for, sequence_logprobs
 
 
 def tiny_qwen3(vocab: int = 97, seed: int = 0):
@@ -66,9 +66,8 @@ def _grads(model, loss):
 def test_values_and_gradients_equal_the_full_logits_reference(model, top_k, top_p):
     mask = BATCH["loss_mask"]
     # chunks of 2 tokens: several chunks per micro-batch, one crossing a row boundary
-    logp, ent = sequence_logprobs(
-        model, BATCH, 0.7, top_k=top_k, top_p=top_p, entropy=True, chunk_tokens=2
-    )
+    settings = LogprobSettings(temperature=0.7, top_k=top_k, top_p=top_p)
+    logp, ent = sequence_logprobs(model, BATCH, settings, entropy=True, chunk_tokens=2)
     ref_logp, ref_ent = _naive(model, BATCH, 0.7, top_k, top_p)
     assert torch.allclose(logp, ref_logp * mask, atol=1e-5)
     assert torch.allclose(ent, ref_ent * mask, atol=1e-5)
@@ -81,18 +80,18 @@ def test_values_and_gradients_equal_the_full_logits_reference(model, top_k, top_
 
 
 def test_entropy_is_skipped_unless_asked_and_carries_grad_when_asked(model):
-    logp, ent = sequence_logprobs(model, BATCH, 1.0)
+    logp, ent = sequence_logprobs(model, BATCH)
     assert ent is None
-    _, ent = sequence_logprobs(model, BATCH, 1.0, entropy=True)
+    _, ent = sequence_logprobs(model, BATCH, entropy=True)
     assert ent.requires_grad
     grads = _grads(model, (ent * BATCH["loss_mask"]).sum())
     assert any(g.abs().sum() > 0 for g in grads)
 
 
 def test_no_grad_pass_equals_grad_pass_and_keeps_no_graph(model):
-    with_grad, _ = sequence_logprobs(model, BATCH, 0.6, top_k=10)
+    with_grad, _ = sequence_logprobs(model, BATCH, LogprobSettings(temperature=0.6, top_k=10))
     with torch.no_grad():
-        without, _ = sequence_logprobs(model, BATCH, 0.6, top_k=10)
+        without, _ = sequence_logprobs(model, BATCH, LogprobSettings(temperature=0.6, top_k=10))
     assert not without.requires_grad
     assert torch.allclose(with_grad.detach(), without, atol=1e-6)
 
@@ -101,13 +100,13 @@ def test_sampled_token_outside_the_top_k_stays_finite(model):
     logits = model(input_ids=BATCH["input_ids"][:1]).logits[0, 0]
     worst = int(logits.argmin())  # certainly outside a top-3
     batch = collate([Sample([1, worst], [0, 1])], pad_id=0)
-    logp, _ = sequence_logprobs(model, batch, 1.0, top_k=3)
+    logp, _ = sequence_logprobs(model, batch, LogprobSettings(top_k=3))
     assert torch.isfinite(logp).all() and logp[0, 0] < 0
 
 
 def test_the_output_layer_is_restored_after_the_pass(model):
     head = model.get_output_embeddings()
-    sequence_logprobs(model, BATCH, 1.0)
+    sequence_logprobs(model, BATCH)
     assert model.get_output_embeddings() is head
     assert model(input_ids=BATCH["input_ids"]).logits.shape[-1] == 97
 

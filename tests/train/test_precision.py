@@ -8,7 +8,7 @@ import torch
 from spreadrl.errors import ConfigError
 from spreadrl.train.batching import Sample
 from spreadrl.train.config import ModelConfig, OptimConfig
-from spreadrl.train.logprobs import compute_context
+from spreadrl.train.logprobs import LogprobSettings, compute_context
 from spreadrl.train.optimizer import build_optimizer
 from spreadrl.train.precision import compute_dtype, resolve_precision
 from spreadrl.train.sft import sft_loss_step
@@ -35,14 +35,17 @@ def _train(model, compute: str) -> float:
     samples = _samples()
     for _ in range(STEPS):
         optimizer.zero_grad(set_to_none=True)
-        sft_loss_step(model, samples, pad_id=0, micro_batch_tokens=4096, compute_dtype=compute)
+        sft_loss_step(
+            model, samples, pad_id=0, micro_batch_tokens=4096,
+            settings=LogprobSettings(compute_dtype=compute),
+        )  # fmt: skip
         optimizer.step()
     return (weight.detach() != before).float().mean().item()
 
 
 def test_master_weights_move_at_lr_1e6_where_bf16_storage_does_not(tiny_model_dir):
     # model.dtype=bfloat16: float32 master weights and AdamW state, bf16 compute
-    master, _ = build_model(
+    master, _, _ = build_model(
         ModelConfig(name_or_path=str(tiny_model_dir), dtype="bfloat16"),
         resolve_precision("bfloat16", "cpu"),
         "cpu",
@@ -58,7 +61,7 @@ def test_master_weights_move_at_lr_1e6_where_bf16_storage_does_not(tiny_model_di
     assert all(p.grad is None or p.grad.dtype == torch.float32 for p in master.parameters())
 
     # what the presets did before: weights (and so AdamW's state) stored in bf16
-    stored, _ = build_model(
+    stored, _, _ = build_model(
         ModelConfig(name_or_path=str(tiny_model_dir), dtype="float32"),
         resolve_precision("float32", "cpu"),
         "cpu",

@@ -10,19 +10,26 @@ import torch
 from spreadrl.config import load_config
 from spreadrl.train.batching import Sample
 from spreadrl.train.config import GRPOConfig
-from spreadrl.train.logprobs import LogprobSettings, compute_logprobs
 from spreadrl.train.trained_model import build_reference
+from tests.train.update_args import score
 
 
 def _logprobs(model, samples, cfg):
-    return compute_logprobs(model, samples, cfg.optim, LogprobSettings(), pad_id=0)
+    return score(model, samples, micro_batch_tokens=cfg.optim.micro_batch_tokens)
 
 
 def _reference_logprobs(ref, cfg):
     """What the scorer does with the reference: score the module it makes active."""
     with ref.active() as module:
-        logprob_settings = LogprobSettings.for_run(cfg.rollout, cfg.optim, "float32")
-        return compute_logprobs(module, _samples(), cfg.optim, logprob_settings, pad_id=0)
+        rollout = cfg.rollout
+        return score(
+            module,
+            _samples(),
+            micro_batch_tokens=cfg.optim.micro_batch_tokens,
+            temperature=rollout.temperature,
+            top_k=rollout.top_k,
+            top_p=rollout.top_p,
+        )
 
 
 def _flat(rows):

@@ -5,7 +5,7 @@ every advantage 0 the policy-gradient term contributes exactly nothing, so whate
 moves the weights is the regularizer under test: a step with the KL penalty must bring
 the policy's log-probs closer to the reference's, and a step with a positive entropy
 bonus must raise the policy's entropy. Deleting the KL term from the loss
-(``train/update.py``), or flipping the bonus's sign, fails them; with the coefficient
+(``train/trained_model.py``), or flipping the bonus's sign, fails them; with the coefficient
 0 the same step leaves the weights exactly as they were (the control).
 """
 
@@ -15,11 +15,11 @@ import pytest
 import torch
 
 from spreadrl.train.batching import Sample, collate
-from spreadrl.train.logprobs import compute_logprobs, sequence_logprobs
+from spreadrl.train.logprobs import sequence_logprobs
 from spreadrl.train.losses import kl_penalty, masked_mean
-from spreadrl.train.update import policy_update
+from spreadrl.train.trained_model import policy_update
 from tests.train.test_logprobs import tiny_qwen3
-from tests.train.update_args import logprob_args, update_args
+from tests.train.update_args import score, update_args
 
 LR = 0.5
 
@@ -31,7 +31,7 @@ def _samples(ref_model=None):
         ids = torch.randint(3, 90, (10 + 2 * i,), generator=g).tolist()
         out.append(Sample(ids=ids, mask=[0] * 4 + [1] * (len(ids) - 4), advantage=0.0))
     if ref_model is not None:
-        ref = compute_logprobs(ref_model, out, *logprob_args(micro_batch_tokens=10_000), pad_id=0)
+        ref = score(ref_model, out, micro_batch_tokens=10_000)
         for sample, lp in zip(out, ref, strict=True):
             sample.ref_logprobs = lp
     return out

@@ -27,6 +27,6 @@ def test_checkpointing_is_on_and_warns_nothing(tiny_model_dir, lora):
     )
     with warnings.catch_warnings():
         warnings.simplefilter("error", FutureWarning)  # the old name warns in transformers 5
-        model, _ = build_model(cfg, resolve_precision(cfg.dtype, "cpu"), "cpu")
+        model, _, _ = build_model(cfg, resolve_precision(cfg.dtype, "cpu"), "cpu")
     base = model.get_base_model() if lora else model
     assert _checkpointing(base)

@@ -2,7 +2,8 @@
 
 import torch
 
-from spreadrl.train.batching import Sample, common_untrained_prefix
+from spreadrl.train.batching import MIN_SHARED_PREFIX, Sample, common_untrained_prefix
+from spreadrl.train.logprobs import LogprobSettings
 from spreadrl.train.sft import sft_loss_step, train_sft
 
 
@@ -27,8 +28,9 @@ def _samples(tok):
 
 def _loss_and_grads(model, samples, pad_id, shared):
     model.zero_grad(set_to_none=True)
+    settings = LogprobSettings(shared_prefix_min=MIN_SHARED_PREFIX if shared else 0)
     stats = sft_loss_step(
-        model, samples, pad_id=pad_id, micro_batch_tokens=100_000, shared_prefix=shared
+        model, samples, pad_id=pad_id, micro_batch_tokens=100_000, settings=settings
     )
     return stats, {n: p.grad.clone() for n, p in model.named_parameters() if p.grad is not None}
 

@@ -15,13 +15,13 @@ from spreadrl.train.batching import (
     collate,
     common_untrained_prefix,
     pack_by_tokens,
-    prefix_sharing,
     shared_prefix_lengths,
 )
-from spreadrl.train.logprobs import compute_logprobs, sequence_logprobs
-from spreadrl.train.update import policy_update
+from spreadrl.train.levers import ModelLevers
+from spreadrl.train.logprobs import LogprobSettings, sequence_logprobs
+from spreadrl.train.trained_model import policy_update
 from tests.train.test_logprobs import tiny_qwen3 as _model
-from tests.train.update_args import logprob_args, update_args
+from tests.train.update_args import score, update_args
 
 ATOL = 1e-5
 MIN = 4  # the tests' prompts are short; the default (32) is for real tool prompts
@@ -86,13 +86,13 @@ def _grads(model):
 def test_values_and_gradients_equal_the_full_rows(temperature, top_k, top_p, entropy):
     model = _model()
     samples = _groups()
-    kw = dict(temperature=temperature, top_k=top_k, top_p=top_p, entropy=entropy, chunk_tokens=5)
+    settings = LogprobSettings(temperature=temperature, top_k=top_k, top_p=top_p)
     results = {}
     for shared in (False, True):
         model.zero_grad(set_to_none=True)
         batch = collate(samples, pad_id=0, shared_prefix_min=MIN if shared else 0)
         assert ("prefix_ids" in batch) == shared
-        logp, ent = sequence_logprobs(model, batch, **kw)
+        logp, ent = sequence_logprobs(model, batch, settings, entropy=entropy, chunk_tokens=5)
         logps = _full(logp, batch, samples)
         ents = _full(ent, batch, samples) if entropy else None
         # a loss with a distinct weight per (sample, target position)
@@ -221,8 +221,8 @@ def test_old_and_reference_passes_equal_the_plain_path():
     model = _model(seed=3)
     samples = _groups(seed=4)
     kw = dict(micro_batch_tokens=60, temperature=0.7, top_k=5, top_p=0.95)
-    plain = compute_logprobs(model, samples, *logprob_args(shared_prefix_min=0, **kw), pad_id=0)
-    shared = compute_logprobs(model, samples, *logprob_args(shared_prefix_min=MIN, **kw), pad_id=0)
+    plain = score(model, samples, shared_prefix_min=0, **kw)
+    shared = score(model, samples, shared_prefix_min=MIN, **kw)
     for s, a, b in zip(samples, plain, shared, strict=True):
         assert len(a) == len(b) == len(s.ids) - 1
         assert b == pytest.approx(a, abs=ATOL)
@@ -251,27 +251,35 @@ def test_lora_gradients_equal_the_plain_path():
         torch.testing.assert_close(g1[0][name], grad, atol=ATOL, rtol=0, msg=name)
 
 
-def test_gradient_checkpointing_takes_the_plain_path():
+def test_gradient_checkpointing_and_fsdp_take_the_plain_path():
     from spreadrl.models.compat import enable_activation_checkpointing
 
+    def prefix_min(levers: ModelLevers, sharded: bool = False) -> int:
+        settings = LogprobSettings.for_model(
+            levers, compute_dtype="float32", sharded=sharded, shared_prefix=True
+        )
+        return settings.shared_prefix_min
+
+    # decided once, at build time: off under activation checkpointing and under FSDP2
+    assert prefix_min(ModelLevers(checkpointed=True)) == 0
+    assert prefix_min(ModelLevers(), sharded=True) == 0
+    assert prefix_min(ModelLevers()) > 0
     model = _model(seed=7)
     enable_activation_checkpointing(model)
     model.train()
-    assert prefix_sharing(model, MIN) == 0
     widths = []
     hook = model.register_forward_pre_hook(
         lambda _m, _a, kw: widths.append(kw["input_ids"].shape), with_kwargs=True
     )
     samples = _groups(seed=8)
     try:
-        _, g_ckpt = _update(model, samples, shared_prefix_min=MIN)
+        _, g_ckpt = _update(model, samples, shared_prefix_min=prefix_min(ModelLevers(True)))
     finally:
         hook.remove()
     # one forward per micro-batch over the full rows: no prefix pass
     assert widths == [(len(samples), max(len(s.ids) for s in samples))]
     plain = _model(seed=7)
     plain.train()
-    assert prefix_sharing(plain, MIN) == MIN
     _, g_plain = _update(plain, samples, shared_prefix_min=MIN)
     for name, grad in g_plain[0].items():
         torch.testing.assert_close(g_ckpt[0][name], grad, atol=ATOL, rtol=0, msg=name)
@@ -285,7 +293,7 @@ def test_grpo_with_and_without_sharing_trains_the_same(tiny_model_dir, tmp_path,
     # (both with plain SGD: AdamW would turn the paths' rounding-level differences on
     # near-zero gradients into lr-sized steps, differently on every CPU; equivalence.py)
 
-    import spreadrl.train.update as update
+    import spreadrl.train.batching as batching
     from spreadrl.config import load_config
     from spreadrl.train import trained_model
     from spreadrl.train.config import GRPOConfig
@@ -305,7 +313,7 @@ def test_grpo_with_and_without_sharing_trains_the_same(tiny_model_dir, tmp_path,
         cut.append("prefix_ids" in batch)
         return batch
 
-    monkeypatch.setattr(update, "collate", spy)
+    monkeypatch.setattr(batching, "collate", spy)
     monkeypatch.setattr(trained_model, "build_optimizer", sgd_optimizer)
     runs = {}
     for shared in (True, False):

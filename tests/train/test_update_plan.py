@@ -6,9 +6,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from spreadrl.train.batching import Sample
-from spreadrl.train.config import GRPOOptimConfig
-from spreadrl.train.update import micro_batch_plan
+from spreadrl.train.batching import Sample, micro_batch_plan
 
 
 def _samples():
@@ -19,11 +17,11 @@ def _samples():
 @pytest.mark.parametrize("token_mean", [True, False])
 def test_the_plan_covers_every_sample_once_with_weights_adding_up(token_mean):
     samples = _samples()
-    optim = GRPOOptimConfig(mini_batch_size=4, micro_batch_tokens=12)
     plan = list(
         micro_batch_plan(
             samples,
-            optim,
+            mini_batch_size=4,
+            micro_batch_tokens=12,
             token_mean=token_mean,
             generator=torch.Generator().manual_seed(0),
             prefix_min=0,

@@ -10,9 +10,11 @@ from __future__ import annotations
 
 from dataclasses import fields
 
-from spreadrl.train.batching import MIN_SHARED_PREFIX
+from torch import nn
+
+from spreadrl.train.batching import MIN_SHARED_PREFIX, Sample, pass_batches
 from spreadrl.train.config import GRPOOptimConfig, LossConfig
-from spreadrl.train.logprobs import LogprobSettings
+from spreadrl.train.logprobs import LogprobSettings, compute_logprobs
 
 _SECTIONS = (LossConfig, GRPOOptimConfig, LogprobSettings)
 
@@ -31,7 +33,16 @@ def update_args(**kw: object) -> tuple[LossConfig, GRPOOptimConfig, LogprobSetti
     return loss, optim, logprob_settings
 
 
-def logprob_args(**kw: object) -> tuple[GRPOOptimConfig, LogprobSettings]:
-    """``(optim, logprob_settings)`` for :func:`compute_logprobs`; no prefix sharing by default."""
-    _, optim, logprob_settings = update_args(**{"shared_prefix_min": 0, **kw})
-    return optim, logprob_settings
+def score(
+    model: nn.Module, samples: list[Sample], pad_id: int = 0, **kw: object
+) -> list[list[float]]:
+    """:func:`compute_logprobs` of ``samples`` over the no-grad passes' micro-batches, with
+    the settings ``kw`` names; no prefix sharing by default."""
+    _, optim, settings = update_args(**{"shared_prefix_min": 0, **kw})
+    batches = pass_batches(
+        samples,
+        optim.micro_batch_tokens,
+        shared_prefix_min=settings.shared_prefix_min,
+        pad_id=pad_id,
+    )
+    return compute_logprobs(model, samples, batches, settings)

@@ -58,7 +58,7 @@ def _trainer_logprobs(model, contexts, turns, temperature):
     import torch
 
     from spreadrl.train.batching import Sample, collate
-    from spreadrl.train.logprobs import sequence_logprobs
+    from spreadrl.train.logprobs import LogprobSettings, sequence_logprobs
 
     samples = [
         Sample(list(c) + t.token_ids, [0] * len(c) + [1] * len(t.token_ids))
@@ -66,7 +66,7 @@ def _trainer_logprobs(model, contexts, turns, temperature):
     ]
     batch = collate(samples, pad_id=0)
     with torch.no_grad():
-        logp, _ = sequence_logprobs(model, batch, temperature)
+        logp, _ = sequence_logprobs(model, batch, LogprobSettings(temperature=temperature))
     mask = batch["loss_mask"] > 0
     return [logp[i][mask[i]].tolist() for i in range(len(samples))]
 
