@@ -108,6 +108,10 @@ class LogprobSettings:
     packed: bool = False
     sharded: bool = False
 
+    def __post_init__(self) -> None:
+        if self.sharded and self.shared_prefix_min > 0:  # see spreadrl.train.batching
+            raise ValueError("a shared prefix cannot run under FSDP2 (its ranks would hang)")
+
     @classmethod
     def for_model(
         cls,

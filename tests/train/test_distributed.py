@@ -72,7 +72,10 @@ def _worker(rank, world, port, model_dir, out_path, aggregation, kind="random"):
     model = shard_model(_model(model_dir), info)
     opt = torch.optim.SGD(model.parameters(), lr=0.5)
     mine = SAMPLES[kind]()[rank::world]
-    settings = update_args(**{**SETTINGS, "aggregation": aggregation})
+    # sharded: no prefix passes (LogprobSettings.for_model decides so in the recipe)
+    settings = update_args(
+        **{**SETTINGS, "aggregation": aggregation, "shared_prefix_min": 0, "sharded": True}
+    )
     policy_update(model, opt, mine, *settings, pad_id=0, world_size=world)
     state = full_state_dict(model)
     if rank == 0:

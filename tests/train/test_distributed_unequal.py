@@ -55,7 +55,8 @@ def _update_worker(rank, world, port, model_dir, out_path, split, settings_kw, k
     opt = torch.optim.SGD(model.parameters(), lr=0.5)
     samples = _samples()
     mine = [samples[i] for i in SPLITS[split][rank]]
-    settings = update_args(**{**SETTINGS, **settings_kw})
+    # sharded: no prefix passes (LogprobSettings.for_model decides so in the recipe)
+    settings = update_args(**{**SETTINGS, **settings_kw, "shared_prefix_min": 0, "sharded": True})
     if kind == "sft":
         from spreadrl.train.sft import sft_loss_step
 

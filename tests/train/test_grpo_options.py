@@ -288,10 +288,10 @@ class _ModelSpy:
         real = trained_model.build_model
 
         def spy(*args, **kwargs):
-            model, tok = real(*args, **kwargs)
+            model, tok, levers = real(*args, **kwargs)
             self.model = model
             self.initial = {n: p.detach().clone() for n, p in model.named_parameters()}
-            return model, tok
+            return model, tok, levers
 
         monkeypatch.setattr(trained_model, "build_model", spy)  # GRPO's build_policy calls it
         monkeypatch.setattr(sft, "build_model", spy)

@@ -264,6 +264,8 @@ def test_gradient_checkpointing_and_fsdp_take_the_plain_path():
     assert prefix_min(ModelLevers(checkpointed=True)) == 0
     assert prefix_min(ModelLevers(), sharded=True) == 0
     assert prefix_min(ModelLevers()) > 0
+    with pytest.raises(ValueError, match="FSDP2"):  # asked for by hand, refused
+        LogprobSettings(shared_prefix_min=MIN, sharded=True)
     model = _model(seed=7)
     enable_activation_checkpointing(model)
     model.train()
