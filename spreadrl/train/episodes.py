@@ -60,10 +60,14 @@ from spreadrl.train.batching import Sample
 from spreadrl.train.config import DataConfig, DynamicSamplingConfig, RewardConfig
 from spreadrl.train.distributed import DistInfo, all_reduce, gathered_params, rank_slice
 from spreadrl.train.logprobs import compute_context
-from spreadrl.train.rewards import group_advantages, nonconstant_groups, shape_reward
+from spreadrl.train.rewards import (
+    StepRollouts,
+    group_advantages,
+    nonconstant_groups,
+    shape_reward,
+)
 from spreadrl.train.sampler import EpochShuffle, prompt_order
 from spreadrl.train.setup import Run
-from spreadrl.train.sources import StepRollouts
 
 log = logging.getLogger(__name__)
 

@@ -21,14 +21,20 @@ advantage is its reward measured against the others of its group,
 
 with std the unbiased (n - 1) standard deviation, as ``torch.std`` and verl's
 GRPO compute it. Every token of a rollout gets that rollout's advantage.
+
+A step's rollouts travel as one :class:`StepRollouts`: the episodes, their advantages,
+the kept groups and the reward terms (the episode side makes it, the step source
+hands it to the loop, the step's metrics read it).
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import NamedTuple
 
 import torch
 
+from spreadrl.rollout.types import Trajectory
 from spreadrl.train.config import RewardConfig
 
 
@@ -173,3 +179,14 @@ def nonconstant_groups(rewards: torch.Tensor) -> torch.Tensor:
     Dynamic sampling (DAPO) drops or refills the groups marked False.
     """
     return (rewards.max(dim=1).values - rewards.min(dim=1).values) > 0
+
+
+class StepRollouts(NamedTuple):
+    """One step's episodes, their advantages [groups, G], the kept groups, the reward
+    terms, and the rollout's metrics (phase times, refill rounds)."""
+
+    trajectories: list[Trajectory]
+    advantages: torch.Tensor
+    keep: torch.Tensor  # bool [groups]
+    reward_terms: list[dict[str, float]]  # each episode's reward by term
+    metrics: dict[str, float]

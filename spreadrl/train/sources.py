@@ -32,7 +32,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 from contextlib import AbstractContextManager
-from typing import NamedTuple, Protocol
+from typing import Protocol
 
 import torch
 from torch import nn
@@ -56,18 +56,8 @@ from spreadrl.train.producer import (
     stamp_samples,
     versioned,
 )
+from spreadrl.train.rewards import StepRollouts
 from spreadrl.train.sampler import EpochShuffle
-
-
-class StepRollouts(NamedTuple):
-    """One step's episodes, their advantages [groups, G], the kept groups, the reward
-    terms, and the rollout's metrics (phase times, refill rounds)."""
-
-    trajectories: list[Trajectory]
-    advantages: torch.Tensor
-    keep: torch.Tensor  # bool [groups]
-    reward_terms: list[dict[str, float]]  # each episode's reward by term
-    metrics: dict[str, float]
 
 
 class Trained(Protocol):

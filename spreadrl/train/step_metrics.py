@@ -32,8 +32,8 @@ from spreadrl.rollout.types import EndReason, Trajectory
 from spreadrl.train.config import LoggingConfig
 from spreadrl.train.distributed import all_reduce
 from spreadrl.train.memory import MEMORY_KEYS
+from spreadrl.train.rewards import StepRollouts
 from spreadrl.train.setup import TRACES, Run
-from spreadrl.train.sources import StepRollouts
 
 
 def step_metrics(
