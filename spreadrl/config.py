@@ -344,7 +344,7 @@ class ConfigRecord:
 def config_record(cfg: object) -> ConfigRecord:
     """``cfg`` (a settings dataclass) serialised once, both ways."""
     data = section_dict(cfg)
-    return ConfigRecord(data, yaml.safe_dump(config_to_dict(data), sort_keys=False))
+    return ConfigRecord(data, dump_config(data))
 
 
 def dump_config(obj: object) -> str:

@@ -361,12 +361,13 @@ def micro_batches(
     totals = all_reduce_values(counts)
     widths = all_reduce_values([len(p) for p in packs], op="max")
     filler = Sample(ids=[pad_id, pad_id], mask=[0, 0])
+    filler_batch = collate([filler], pad_id)  # read-only: one for every filler micro-batch
     steps = []
     for mini, packed, total, width in zip(minis, packs, totals, widths, strict=True):
         plan = []
         for j in range(int(width)):
             if j >= len(packed):  # this rank has fewer: a zero, graph-connected loss
-                plan.append(MicroBatch([filler], collate([filler], pad_id), [], 0.0, real=False))
+                plan.append(MicroBatch([filler], filler_batch, [], 0.0, real=False))
                 continue
             chunk = [mini[i] for i in packed[j]]
             share = sum(_trained(s) for s in chunk) if token_mean else len(chunk)

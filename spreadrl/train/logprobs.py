@@ -163,6 +163,35 @@ def chunk_tokens_for(
     return max(small, min(MAX_CHUNK_TOKENS, int(free * CUDA_FREE_SHARE) // per_token))
 
 
+def _sampling_scores(
+    raw: torch.Tensor, temperature: float, top_k: int, top_p: float, targets: torch.Tensor
+) -> torch.Tensor:
+    """The output layer's [n, vocab] logits as float32 scores of the sampling distribution
+    (temperature, then top-k / top-p, -inf outside), the asked-for token always kept."""
+    raw = raw.float()
+    if temperature != 1.0:  # x / 1.0 is x: skip a pass over [n, vocab] forward and backward
+        raw = raw / temperature
+    if not (top_k or top_p < 1.0):
+        return raw
+    scores = process_logits(raw, 1.0, top_k, top_p)
+    index = targets.unsqueeze(-1)
+    return scores.scatter(-1, index, raw.gather(-1, index))
+
+
+def _token_logprobs(
+    scores: torch.Tensor, targets: torch.Tensor, with_entropy: bool
+) -> torch.Tensor:
+    """[n] log-probs of ``targets`` under ``scores`` (and [n] entropies, stacked as [n, 2])."""
+    logz = torch.logsumexp(scores, dim=-1)
+    logp = scores.gather(-1, targets.unsqueeze(-1)).squeeze(-1) - logz
+    if not with_entropy:
+        return logp
+    probs = torch.softmax(scores, dim=-1)
+    finite = scores.masked_fill(~torch.isfinite(scores), 0.0)  # p = 0 there; avoids 0 * -inf
+    entropy = logz - (probs * finite).sum(-1)
+    return torch.stack((logp, entropy), dim=-1)
+
+
 def _chunk_logprobs(
     head: nn.Module,
     hidden: torch.Tensor,
@@ -173,21 +202,8 @@ def _chunk_logprobs(
     with_entropy: bool,
 ) -> torch.Tensor:
     """[n] log-probs of ``targets`` (and [n] entropies, stacked as [n, 2]) for one chunk."""
-    raw = head(hidden).float()  # [n, vocab]
-    if temperature != 1.0:  # x / 1.0 is x: skip a pass over [n, vocab] forward and backward
-        raw = raw / temperature
-    scores = process_logits(raw, 1.0, top_k, top_p) if (top_k or top_p < 1.0) else raw
-    index = targets.unsqueeze(-1)
-    if scores is not raw:  # the asked-for token always counts as kept
-        scores = scores.scatter(-1, index, raw.gather(-1, index))
-    logz = torch.logsumexp(scores, dim=-1)
-    logp = scores.gather(-1, index).squeeze(-1) - logz
-    if not with_entropy:
-        return logp
-    probs = torch.softmax(scores, dim=-1)
-    finite = scores.masked_fill(~torch.isfinite(scores), 0.0)  # p = 0 there; avoids 0 * -inf
-    entropy = logz - (probs * finite).sum(-1)
-    return torch.stack((logp, entropy), dim=-1)
+    scores = _sampling_scores(head(hidden), temperature, top_k, top_p, targets)
+    return _token_logprobs(scores, targets, with_entropy)
 
 
 def selective_logprobs(
@@ -447,20 +463,6 @@ def compute_logprobs(
     return out
 
 
-def _fused_scores(
-    raw: torch.Tensor, temperature: float, top_k: int, top_p: float, targets: torch.Tensor
-):
-    """(processed float32 scores with the target always kept, the raw scaled logits)."""
-    raw = raw.float()
-    if temperature != 1.0:
-        raw = raw / temperature
-    if not (top_k or top_p < 1.0):
-        return raw
-    scores = process_logits(raw, 1.0, top_k, top_p)
-    index = targets.unsqueeze(-1)
-    return scores.scatter(-1, index, raw.gather(-1, index))
-
-
 def _matmul_dtype(saved: torch.dtype | None, tensor: torch.Tensor) -> torch.dtype:
     return saved if saved is not None else tensor.dtype
 
@@ -501,14 +503,8 @@ def _fused_forward(
     for start in range(0, hidden.shape[0], chunk):
         h, t = hidden[start : start + chunk], targets[start : start + chunk]
         cd = _matmul_dtype(dtype, h)
-        scores = _fused_scores(h.to(cd) @ weight.to(cd).t(), temperature, top_k, top_p, t)
-        logz = torch.logsumexp(scores, dim=-1)
-        logp = scores.gather(-1, t.unsqueeze(-1)).squeeze(-1) - logz
-        if with_entropy:
-            probs = torch.softmax(scores, dim=-1)
-            finite = scores.masked_fill(~torch.isfinite(scores), 0.0)
-            logp = torch.stack((logp, logz - (probs * finite).sum(-1)), dim=-1)
-        out.append(logp)
+        scores = _sampling_scores(h.to(cd) @ weight.to(cd).t(), temperature, top_k, top_p, t)
+        out.append(_token_logprobs(scores, t, with_entropy))
     if not out:
         return hidden.new_zeros((0, 2) if with_entropy else (0,), dtype=torch.float32)
     return torch.cat(out)
@@ -525,7 +521,7 @@ def _fused_backward(ctx: Any, grad_out: torch.Tensor) -> tuple[torch.Tensor | No
         g = grad_out[start : start + chunk].float()
         cd = _matmul_dtype(dtype, h)
         hc, wc = h.to(cd), weight.to(cd)
-        scores = _fused_scores(hc @ wc.t(), temperature, top_k, top_p, t)
+        scores = _sampling_scores(hc @ wc.t(), temperature, top_k, top_p, t)
         logp_all = torch.log_softmax(scores, dim=-1)
         probs = logp_all.exp()  # 0 outside the kept set
         g_logp = g[:, 0] if with_entropy else g
