@@ -5,7 +5,7 @@ a library's bare ``except:`` it turns into another error with a traceback (openp
 type conversion has one: a ``data synth`` stopped while a workbook was saved printed
 ``TypeError: expected <class 'openpyxl.styles.colors.RgbColor'>``). A loop that writes
 one item at a time holds SIGINT while an item is made and stops before the next one,
-so the command ends as a plain Ctrl-C does: one line, exit 130, nothing half-written.
+so the command ends as a plain Ctrl-C does (exit 130), with nothing half-written.
 """
 
 from __future__ import annotations
