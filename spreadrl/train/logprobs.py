@@ -178,10 +178,18 @@ def _sampling_scores(
     return scores.scatter(-1, index, raw.gather(-1, index))
 
 
-def _token_logprobs(
-    scores: torch.Tensor, targets: torch.Tensor, with_entropy: bool
+def _logits_logprobs(
+    raw: torch.Tensor,
+    targets: torch.Tensor,
+    temperature: float,
+    top_k: int,
+    top_p: float,
+    with_entropy: bool,
 ) -> torch.Tensor:
-    """[n] log-probs of ``targets`` under ``scores`` (and [n] entropies, stacked as [n, 2])."""
+    """[n] log-probs of ``targets`` under the sampling distribution of the [n, vocab]
+    logits ``raw`` (and [n] entropies, stacked as [n, 2]): the chunked path's and the
+    fused forward's one computation."""
+    scores = _sampling_scores(raw, temperature, top_k, top_p, targets)
     logz = torch.logsumexp(scores, dim=-1)
     logp = scores.gather(-1, targets.unsqueeze(-1)).squeeze(-1) - logz
     if not with_entropy:
@@ -202,8 +210,7 @@ def _chunk_logprobs(
     with_entropy: bool,
 ) -> torch.Tensor:
     """[n] log-probs of ``targets`` (and [n] entropies, stacked as [n, 2]) for one chunk."""
-    scores = _sampling_scores(head(hidden), temperature, top_k, top_p, targets)
-    return _token_logprobs(scores, targets, with_entropy)
+    return _logits_logprobs(head(hidden), targets, temperature, top_k, top_p, with_entropy)
 
 
 def selective_logprobs(
@@ -503,8 +510,8 @@ def _fused_forward(
     for start in range(0, hidden.shape[0], chunk):
         h, t = hidden[start : start + chunk], targets[start : start + chunk]
         cd = _matmul_dtype(dtype, h)
-        scores = _sampling_scores(h.to(cd) @ weight.to(cd).t(), temperature, top_k, top_p, t)
-        out.append(_token_logprobs(scores, t, with_entropy))
+        raw = h.to(cd) @ weight.to(cd).t()
+        out.append(_logits_logprobs(raw, t, temperature, top_k, top_p, with_entropy))
     if not out:
         return hidden.new_zeros((0, 2) if with_entropy else (0,), dtype=torch.float32)
     return torch.cat(out)
