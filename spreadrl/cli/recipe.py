@@ -10,9 +10,32 @@ from __future__ import annotations
 import os
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any
+
+import typer
 
 from spreadrl.cli.console import cli_console
+
+# The options the two training commands share, declared once.
+RecipeOption = Annotated[
+    Path,
+    typer.Option(
+        "--config",
+        "-c",
+        help="YAML recipe, or a shipped recipe's name (spreadrl config list).",
+    ),
+]
+PrintConfigOption = Annotated[
+    bool, typer.Option("--print-config", help="Print the resolved config and exit.")
+]
+ResumeOption = Annotated[
+    bool,
+    typer.Option(
+        "--resume",
+        help="Continue the run in output_dir with changed steps, epochs, logging or checkpoint "
+        "cadence (the same settings resume without it; other changes need a new output_dir).",
+    ),
+]
 
 
 def run_recipe(

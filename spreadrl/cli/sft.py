@@ -7,6 +7,8 @@ from typing import TYPE_CHECKING
 
 import typer
 
+from spreadrl.cli.recipe import PrintConfigOption, RecipeOption, ResumeOption
+
 if TYPE_CHECKING:
     from spreadrl.reporting import Reporter
     from spreadrl.train.config import SFTConfig
@@ -16,21 +18,9 @@ def sft(
     overrides: list[str] = typer.Argument(
         None, help="Dotted overrides, e.g. optim.lr=1e-5 steps=100."
     ),
-    config: Path = typer.Option(
-        None,
-        "--config",
-        "-c",
-        help="YAML recipe, or a shipped recipe's name (spreadrl config list).",
-    ),
-    print_config: bool = typer.Option(
-        False, "--print-config", help="Print the resolved config and exit."
-    ),
-    resume: bool = typer.Option(
-        False,
-        "--resume",
-        help="Continue the run in output_dir with changed steps, epochs, logging or checkpoint "
-        "cadence (the same settings resume without it; other changes need a new output_dir).",
-    ),
+    config: RecipeOption = None,
+    print_config: PrintConfigOption = False,
+    resume: ResumeOption = False,
 ) -> None:
     """Fine-tune on multi-turn agent trajectories (loss on assistant tokens only).
 
