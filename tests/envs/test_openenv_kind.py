@@ -12,15 +12,12 @@ from __future__ import annotations
 
 import json
 import os
-import socket
 import subprocess
 import sys
-import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
-import httpx
 import pytest
 import torch
 
@@ -36,6 +33,7 @@ from spreadrl.rollout.types import PolicyTurn
 from spreadrl.train.config import GRPOConfig
 from spreadrl.train.grpo import train_grpo
 from tests.envs.conftest import TOOLS
+from tests.spawn import free_port, serving
 
 pytestmark = pytest.mark.envs
 
@@ -85,6 +83,15 @@ def _grpo_cfg(model_dir: Path, out: Path, env: list[str]) -> GRPOConfig:
     )
 
 
+def _assert_weights_moved(start: Path, run: Path) -> None:
+    from safetensors.torch import load_file
+
+    before = load_file(str(start / "model.safetensors"))
+    after = load_file(str(run / "final" / "model.safetensors"))
+    moved = [name for name in before if not torch.equal(before[name], after[name])]
+    assert moved, "no weight changed in two GRPO steps"
+
+
 def _metrics(out: Path) -> list[dict]:
     return [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
 
@@ -108,12 +115,6 @@ def test_grpo_on_the_openenv_server_matches_the_gym_on_the_same_seed(
             assert b[key] == pytest.approx(a[key], rel=1e-5, abs=1e-7), key
 
 
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
-
 @contextmanager
 def echo_server(tmp: Path) -> Iterator[str]:
     """openenv's own example: the echo environment `openenv init` writes, unmodified
@@ -125,28 +126,12 @@ def echo_server(tmp: Path) -> Iterator[str]:
         capture_output=True,
         timeout=120,
     )
-    port = _free_port()
-    process = subprocess.Popen(
-        [sys.executable, "-m", "uvicorn", "server.app:app", "--port", str(port)],
-        cwd=tmp / "echo_env",
-        env={**os.environ, "PYTHONPATH": str(tmp / "echo_env")},
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
-    url = f"http://127.0.0.1:{port}"
-    try:
-        for _ in range(200):
-            try:
-                if httpx.get(f"{url}/health", timeout=1).status_code == 200:
-                    break
-            except httpx.HTTPError:
-                time.sleep(0.3)
-        else:
-            raise AssertionError("the echo environment did not start")
+    port = free_port()
+    command = [sys.executable, "-m", "uvicorn", "server.app:app", "--port", str(port)]
+    env = {**os.environ, "PYTHONPATH": str(tmp / "echo_env")}
+    log = tmp / f"echo-env-{port}.log"
+    with serving(command, port, log=log, cwd=tmp / "echo_env", env=env) as url:
         yield url
-    finally:
-        process.terminate()
-        process.wait(timeout=20)
 
 
 class EchoOnce:
@@ -197,8 +182,6 @@ def test_grpo_trains_two_steps_on_the_unmodified_echo_environment(
     call; its final answer goes to the echo server as the message, whose reward (0.1 a
     character, at most 1.0) is the outcome. With 3-token turns and no overlong shaping,
     that reward is all GRPO has, so the weights move on the environment's reward."""
-    from safetensors.torch import load_file
-
     out = tmp_path / "run"
     with echo_server(tmp_path) as url:
         env = ["env.kind=openenv", f"env.url={url}", "env.max_sessions=1"]
@@ -215,41 +198,18 @@ def test_grpo_trains_two_steps_on_the_unmodified_echo_environment(
     rewards = [r["reward"] for r in rows]
     assert len(set(rewards)) > 1, rewards  # the echo reward varies with what the model sent
     assert [m["step"] for m in _metrics(out)] == [1, 2]
-    before = load_file(str(tiny_model_dir / "model.safetensors"))
-    after = load_file(str(out / "final" / "model.safetensors"))
-    moved = [name for name in before if not torch.equal(before[name], after[name])]
-    assert moved, "no weight changed in two GRPO steps"
+    _assert_weights_moved(tiny_model_dir, out)
 
 
 @contextmanager
 def length_server(tmp: Path) -> Iterator[str]:
     """tests/envs/length_env.py on openenv's own server code (create_app, uvicorn)."""
-    port = _free_port()
+    port = free_port()
     root = Path(__file__).resolve().parents[2]
-    log = tmp / f"length-env-{port}.log"
-    with log.open("wb") as out:
-        process = subprocess.Popen(
-            [sys.executable, "-m", "uvicorn", "tests.envs.length_env:app", "--port", str(port)],
-            cwd=root,
-            env={**os.environ, "PYTHONPATH": str(root)},
-            stdout=out,
-            stderr=subprocess.STDOUT,
-        )
-    url = f"http://127.0.0.1:{port}"
-    try:
-        for _ in range(200):
-            assert process.poll() is None, log.read_text(errors="replace")
-            try:
-                if httpx.get(f"{url}/health", timeout=1).status_code == 200:
-                    break
-            except httpx.HTTPError:
-                time.sleep(0.3)
-        else:
-            raise AssertionError("the length environment did not start")
+    command = [sys.executable, "-m", "uvicorn", "tests.envs.length_env:app", "--port", str(port)]
+    env = {**os.environ, "PYTHONPATH": str(root)}
+    with serving(command, port, log=tmp / f"length-env-{port}.log", cwd=root, env=env) as url:
         yield url
-    finally:
-        process.terminate()
-        process.wait(timeout=20)
 
 
 def test_grpo_trains_two_steps_on_a_foreign_environment_without_a_task_set(
@@ -263,8 +223,6 @@ def test_grpo_trains_two_steps_on_a_foreign_environment_without_a_task_set(
     action, and GRPO trains on the reward the server gives it, graded as it is (not cut
     to 1 or 0 as the checker's pass). Two steps: no episode crashes, the rewards vary,
     the weights move."""
-    from safetensors.torch import load_file
-
     out = tmp_path / "run"
     with length_server(tmp_path) as url:
         env = ["env.kind=openenv", f"env.url={url}", "data.train_tasks=openenv:4"]
@@ -281,7 +239,4 @@ def test_grpo_trains_two_steps_on_a_foreign_environment_without_a_task_set(
     assert rewards == [r["env_reward"] for r in rows]  # the server's reward, as it grades
     assert len(set(rewards)) > 1 and any(0.0 < r < 1.0 for r in rewards), rewards
     assert [m["step"] for m in _metrics(out)] == [1, 2]
-    before = load_file(str(tiny_model_dir / "model.safetensors"))
-    after = load_file(str(out / "final" / "model.safetensors"))
-    moved = [name for name in before if not torch.equal(before[name], after[name])]
-    assert moved, "no weight changed in two GRPO steps"
+    _assert_weights_moved(tiny_model_dir, out)

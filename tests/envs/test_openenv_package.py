@@ -16,7 +16,6 @@ import asyncio
 import os
 import subprocess
 import sys
-import time
 import venv
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -26,7 +25,8 @@ import httpx
 import pytest
 
 from spreadrl.data.task import load_tasks
-from tests.envs.conftest import ROOT, free_port
+from tests.envs.conftest import ROOT
+from tests.spawn import free_port, serving
 
 pytestmark = pytest.mark.envs
 PACKAGE = ROOT / "packages" / "openenv-spreadsheet"
@@ -69,30 +69,10 @@ def test_openenv_validate_passes_the_package_statically():
 @contextmanager
 def _serve(command: list[str], cwd: Path, env: dict[str, str], log: Path) -> Iterator[str]:
     port = free_port()
-    with log.open("wb") as out:
-        process = subprocess.Popen(
-            [*command, "--port", str(port)], cwd=cwd, env=env, stdout=out, stderr=out
-        )
-    url = f"http://127.0.0.1:{port}"
-    try:
-        deadline = time.monotonic() + 180
-        while True:
-            assert process.poll() is None, log.read_text(errors="replace")
-            try:
-                if httpx.get(f"{url}/health", timeout=1).status_code == 200:
-                    break
-            except httpx.HTTPError:
-                pass
-            assert time.monotonic() < deadline, "the server did not answer /health"
-            time.sleep(0.3)
+    with serving(
+        [*command, "--port", str(port)], port, log=log, cwd=cwd, env=env, timeout_s=180
+    ) as url:
         yield url
-    finally:
-        process.terminate()
-        try:
-            process.wait(timeout=20)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait()
 
 
 def _light_client():

@@ -18,15 +18,15 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
-import httpx
 import pytest
 import uvicorn
 from fastapi import FastAPI, Request
 from fastapi.responses import StreamingResponse
 
 from spreadrl.data.task import load_tasks
-from tests.envs.conftest import TOOLS, free_port
+from tests.envs.conftest import TOOLS
 from tests.envs.test_versions import claimed_openenv
+from tests.spawn import free_port, serving
 
 pytestmark = pytest.mark.envs
 BIN = Path(
@@ -203,21 +203,8 @@ def spreadrl_serve(model_dir: Path) -> Iterator[str]:
     command = [sys.executable, "-m", "spreadrl", "serve", "--model", str(model_dir)]
     command += ["--port", str(port), "--name", "tiny"]
     log = model_dir.parent / f"serve-{port}.log"
-    with log.open("wb") as out:
-        process = subprocess.Popen(command, stdout=out, stderr=subprocess.STDOUT)
-    try:
-        for _ in range(400):
-            assert process.poll() is None, log.read_text(errors="replace")
-            try:
-                if httpx.get(f"http://127.0.0.1:{port}/health", timeout=1).status_code == 200:
-                    break
-            except httpx.HTTPError:
-                pass
-            time.sleep(0.3)
-        yield f"http://127.0.0.1:{port}/v1"
-    finally:
-        process.terminate()
-        process.wait(timeout=30)
+    with serving(command, port, log=log, timeout_s=240) as url:
+        yield f"{url}/v1"
 
 
 def test_vf_eval_with_a_real_tiny_model_behind_spreadrl_serve(tasks_dir, tiny_model_dir, tmp_path):

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -11,11 +10,7 @@ import time
 import httpx
 from typer.testing import CliRunner
 
-
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
+from tests.spawn import free_port
 
 
 def test_help_lists_the_flags_and_examples():
@@ -57,7 +52,7 @@ def test_bad_backend_is_one_clear_error(tiny_model_dir):
 
 
 def test_serve_process_answers_then_stops_cleanly_on_sigterm(tiny_model_dir):
-    port = _free_port()
+    port = free_port()
     cmd = [sys.executable, "-m", "spreadrl", "serve", "--model", str(tiny_model_dir)]
     cmd += ["--port", str(port), "--name", "tiny", "--log-level", "info"]
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)

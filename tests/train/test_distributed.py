@@ -1,14 +1,11 @@
 """Two gloo processes with FSDP2 take the same step as one process on all the data."""
 
-import os
-import socket
-
 import pytest
 import torch
-import torch.multiprocessing as mp
 
 from spreadrl.train.batching import Sample
 from spreadrl.train.trained_model import policy_update
+from tests.spawn import join_group, leave_process_group, spawn_ranks
 from tests.train.equivalence import assert_same_update
 from tests.train.update_args import update_args
 
@@ -83,42 +80,6 @@ def _worker(rank, world, port, model_dir, out_path, aggregation, kind="random"):
     leave_process_group()
 
 
-def join_group(rank: int, world: int, port: int) -> None:
-    """Start a spawned rank: torchrun's environment for a local gloo group, one thread."""
-    os.environ.update(
-        MASTER_ADDR="127.0.0.1",
-        MASTER_PORT=str(port),
-        RANK=str(rank),
-        WORLD_SIZE=str(world),
-        LOCAL_RANK=str(rank),
-    )
-    torch.set_num_threads(1)
-
-
-def leave_process_group() -> None:
-    """End a spawned rank: leave the process group together, then exit at once.
-
-    ``os._exit`` skips the interpreter's teardown, where gloo's threads have aborted a
-    rank that had finished its work ("terminate called without an active exception",
-    about one run in tens on a loaded 2-core machine); the test checks what the ranks
-    computed, and the result file is written and closed before this point.
-    """
-    import sys
-
-    from spreadrl.train.distributed import cleanup
-
-    cleanup()
-    sys.stdout.flush()
-    sys.stderr.flush()
-    os._exit(0)
-
-
-def _free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 @pytest.mark.slow
 @pytest.mark.parametrize(
     "aggregation,kind",
@@ -135,8 +96,7 @@ def test_two_rank_fsdp_step_equals_single_process_step(tiny_model_dir, tmp_path,
     single = model.state_dict()
 
     out = tmp_path / "dist.pt"
-    args = (2, _free_port(), str(tiny_model_dir), str(out), aggregation, kind)
-    mp.spawn(_worker, args=args, nprocs=2)
+    spawn_ranks(_worker, str(tiny_model_dir), str(out), aggregation, kind)
     assert_same_update(torch.load(out), single, before)  # up to rounding: equivalence.py
 
 
@@ -167,7 +127,7 @@ def test_checkpoint_saved_by_two_ranks_resumes_in_one_process(tiny_model_dir, tm
     from spreadrl.train.checkpoint import latest_checkpoint, load_trainer_state
 
     root, full_path = tmp_path / "ckpt", tmp_path / "full_optim.pt"
-    mp.spawn(_save_worker, args=(2, _free_port(), str(tiny_model_dir), root, full_path), nprocs=2)
+    spawn_ranks(_save_worker, str(tiny_model_dir), root, full_path)
     folder = latest_checkpoint(root)
     assert folder is not None and (folder / "optim").is_dir()
     from transformers import AutoModelForCausalLM

@@ -9,41 +9,19 @@ Each spawn is bounded by a timeout, so a hang fails the test instead of stalling
 
 from __future__ import annotations
 
-import time
-
 import pytest
 import torch
-import torch.multiprocessing as mp
 
 from spreadrl.train.batching import Sample
 from spreadrl.train.trained_model import policy_update
+from tests.spawn import join_group, leave_process_group, spawn_ranks
 from tests.train.equivalence import assert_same_update
-from tests.train.test_distributed import (
-    _free_port,
-    _model,
-    _samples,
-    full_state_dict,
-    join_group,
-    leave_process_group,
-)
+from tests.train.test_distributed import _model, _samples, full_state_dict
 from tests.train.update_args import update_args
 
-TIMEOUT_S = 240
 SETTINGS = dict(clip_low=0.2, clip_high=0.28, micro_batch_tokens=40, grad_clip=1e9)
 # rank 0 holds five samples (several micro-batches), rank 1 one or none
 SPLITS = {"five-one": ([0, 1, 2, 3, 4], [5]), "six-none": ([0, 1, 2, 3, 4, 5], [])}
-
-
-def _spawn(worker, args: tuple) -> None:
-    """mp.spawn with a deadline: a hung rank fails the test (and is killed)."""
-    ctx = mp.spawn(worker, args=args, nprocs=2, join=False)
-    deadline = time.monotonic() + TIMEOUT_S
-    while not ctx.join(timeout=max(0.0, deadline - time.monotonic())):
-        if time.monotonic() >= deadline:
-            for p in ctx.processes:
-                if p.is_alive():
-                    p.kill()
-            pytest.fail(f"the two ranks did not finish within {TIMEOUT_S} s (a collective hung)")
 
 
 def _update_worker(rank, world, port, model_dir, out_path, split, settings_kw, kind):
@@ -73,8 +51,7 @@ def _update_worker(rank, world, port, model_dir, out_path, split, settings_kw, k
 
 def _run_two(tmp_path, model_dir, split, settings_kw, kind="grpo"):
     out = tmp_path / "dist.pt"
-    args = (2, _free_port(), str(model_dir), str(out), split, settings_kw, kind)
-    _spawn(_update_worker, args)
+    spawn_ranks(_update_worker, str(model_dir), str(out), split, settings_kw, kind)
     return torch.load(out)
 
 

@@ -4,7 +4,6 @@ collective timeouts sized from the recipe, a prompt count that divides over the 
 from __future__ import annotations
 
 import os
-import socket
 import subprocess
 import sys
 import textwrap
@@ -18,6 +17,7 @@ from spreadrl.train.checks import check_world_size
 from spreadrl.train.config import GRPOConfig
 from spreadrl.train.distributed import DistInfo
 from spreadrl.train.timeouts import BASE_S, CHECKPOINT_S, collective_timeout_s, rollout_wait_s
+from tests.spawn import free_port
 
 CONFIGS = Path(__file__).resolve().parents[2] / "configs"
 
@@ -49,12 +49,6 @@ def _wait(cfg: GRPOConfig) -> float:
     return rollout_wait_s(cfg.rollout, cfg.sampling, cfg.eval)
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def _one_rank_env() -> dict[str, str]:
     """The environment torchrun gives a 1-rank job, on a free port."""
     return {
@@ -64,7 +58,7 @@ def _one_rank_env() -> dict[str, str]:
         "LOCAL_RANK": "0",
         "TORCHELASTIC_RUN_ID": "test",
         "MASTER_ADDR": "127.0.0.1",
-        "MASTER_PORT": str(_free_port()),
+        "MASTER_PORT": str(free_port()),
     }
 
 

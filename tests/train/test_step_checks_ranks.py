@@ -8,14 +8,12 @@ judged its own share would stop while the other trains on (a hung collective).
 from __future__ import annotations
 
 import json
-import socket
 from pathlib import Path
 
 import pytest
 import torch
-import torch.multiprocessing as mp
 
-from tests.train.test_distributed import join_group, leave_process_group
+from tests.spawn import join_group, leave_process_group, rank_results, spawn_ranks
 
 
 def _trajectory(key: str, crashed: bool):
@@ -53,16 +51,10 @@ def _worker(rank: int, world: int, port: int, out: str) -> None:
     leave_process_group()
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 @pytest.mark.slow
 def test_two_ranks_judge_the_step_on_its_totals(tmp_path):
-    mp.spawn(_worker, args=(2, _free_port(), str(tmp_path)), nprocs=2)
-    results = [json.loads((tmp_path / f"rank{r}.json").read_text()) for r in range(2)]
+    spawn_ranks(_worker, str(tmp_path))
+    results = rank_results(tmp_path)
     for result in results:
         assert result["sums"] == [3.0, 10.0, 1.0]  # each number summed over the ranks
         assert result["outcome"] == "trained"  # rank 0 alone would stop at 50% > 30%

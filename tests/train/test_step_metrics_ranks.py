@@ -9,14 +9,12 @@ figure added to the loss later and not reduced fails here.
 from __future__ import annotations
 
 import json
-import socket
 from pathlib import Path
 
 import pytest
 import torch
-import torch.multiprocessing as mp
 
-from tests.train.test_distributed import join_group, leave_process_group
+from tests.spawn import join_group, leave_process_group, rank_results, spawn_ranks
 
 # rank r's behaviour log-probs: the TIS weights exp(old - behaviour) differ by rank
 BEHAVIOUR_SHIFT = {0: 0.1, 1: 0.5}
@@ -54,16 +52,10 @@ def _worker(rank: int, world: int, port: int, out: str) -> None:
     leave_process_group()
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 @pytest.mark.slow
 def test_every_loss_figure_is_the_mean_over_the_ranks(tmp_path):
-    mp.spawn(_worker, args=(2, _free_port(), str(tmp_path)), nprocs=2)
-    results = [json.loads((tmp_path / f"rank{r}.json").read_text()) for r in range(2)]
+    spawn_ranks(_worker, str(tmp_path))
+    results = rank_results(tmp_path)
     own = [r["own"] for r in results]
     assert "tis_weight_mean" in own[0]
     assert own[0]["tis_weight_mean"] != pytest.approx(own[1]["tis_weight_mean"])

@@ -10,7 +10,6 @@ import json
 import os
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -18,6 +17,8 @@ from pathlib import Path
 
 import psutil
 import pytest
+
+from tests.spawn import free_port
 
 pytestmark = pytest.mark.vllm
 
@@ -69,18 +70,12 @@ def test_eval_with_the_vllm_backend(qwen3_tiny, three_tasks, tmp_path):
     assert any(len(set(v)) == 2 for v in by_case.values())
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def _start_serve(model: Path, log: Path) -> tuple[subprocess.Popen, str]:
     """``spreadrl serve --backend vllm`` in a process group of its own (so everything it
     spawns can be found and killed), once its /health answers."""
     import httpx
 
-    port = _free_port()
+    port = free_port()
     args = ["serve", "--backend", "vllm", "--model", str(model), "--port", str(port)]
     args += ["--max-model-len", "4096", "--env-workers", "0", "--name", "tiny"]
     with log.open("w") as sink:

@@ -1,0 +1,127 @@
+"""Local processes for tests: servers on a free port, and spawned gloo ranks.
+
+:func:`serving` starts a server and yields its URL once ``/health`` answers. A spawned rank joins a local gloo group with torchrun's environment
+(:func:`join_group`) and leaves it with :func:`leave_process_group`;
+:func:`spawn_ranks` starts the ranks with a deadline, so a collective that hangs
+fails its test instead of stalling the suite; :func:`rank_results` reads what each
+rank wrote.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import subprocess
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+import httpx
+import pytest
+import torch
+import torch.multiprocessing as mp
+
+SPAWN_TIMEOUT_S = 240  # a generous bound: two ranks of a tiny model take seconds
+
+
+def free_port() -> int:
+    """A TCP port free on 127.0.0.1 now (the OS picks it)."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+@contextmanager
+def serving(
+    command: list[str],
+    port: int,
+    *,
+    log: Path,
+    cwd: Path | None = None,
+    env: dict[str, str] | None = None,
+    timeout_s: float = 120.0,
+) -> Iterator[str]:
+    """Run ``command`` (a server told to listen on ``port``); yield its URL once
+    ``/health`` answers, and stop it after the block. Its output goes to ``log`` (an
+    unread pipe would fill and block it); a server that exits first, or has not answered
+    within ``timeout_s``, fails the test with that output."""
+    with log.open("wb") as out:
+        process = subprocess.Popen(command, cwd=cwd, env=env, stdout=out, stderr=subprocess.STDOUT)
+    url = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + timeout_s
+        while True:
+            if process.poll() is not None:
+                output = log.read_text(errors="replace")
+                pytest.fail(f"{command[:4]} exited with {process.returncode}:\n{output}")
+            try:
+                if httpx.get(f"{url}/health", timeout=1).status_code == 200:
+                    break
+            except httpx.HTTPError:
+                pass
+            if time.monotonic() > deadline:
+                output = log.read_text(errors="replace")
+                pytest.fail(f"{command[:4]} did not answer /health in {timeout_s:.0f} s:\n{output}")
+            time.sleep(0.3)
+        yield url
+    finally:
+        process.terminate()
+        try:
+            process.wait(timeout=20)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait()
+
+
+def join_group(rank: int, world: int, port: int) -> None:
+    """Start a spawned rank: torchrun's environment for a local gloo group, one thread."""
+    os.environ.update(
+        MASTER_ADDR="127.0.0.1",
+        MASTER_PORT=str(port),
+        RANK=str(rank),
+        WORLD_SIZE=str(world),
+        LOCAL_RANK=str(rank),
+    )
+    torch.set_num_threads(1)
+
+
+def leave_process_group() -> None:
+    """End a spawned rank: leave the process group together, then exit at once.
+
+    ``os._exit`` skips the interpreter's teardown, where gloo's threads have aborted a
+    rank that had finished its work ("terminate called without an active exception",
+    about one run in tens on a loaded 2-core machine); the test checks what the ranks
+    computed, and the result file is written and closed before this point.
+    """
+    import sys
+
+    from spreadrl.train.distributed import cleanup
+
+    cleanup()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(0)
+
+
+def spawn_ranks(
+    worker: Callable[..., None], *args: object, world: int = 2, timeout_s: float = SPAWN_TIMEOUT_S
+) -> None:
+    """Run ``worker(rank, world, port, *args)`` on ``world`` spawned ranks; a rank that
+    has not finished within ``timeout_s`` fails the test (all ranks are killed)."""
+    ctx = mp.spawn(worker, args=(world, free_port(), *args), nprocs=world, join=False)
+    deadline = time.monotonic() + timeout_s
+    while not ctx.join(timeout=max(0.0, deadline - time.monotonic())):
+        if time.monotonic() >= deadline:
+            for process in ctx.processes:
+                if process.is_alive():
+                    process.kill()
+            pytest.fail(
+                f"the {world} ranks did not finish within {timeout_s} s (a collective hung)"
+            )
+
+
+def rank_results(folder: Path, world: int = 2) -> list[dict]:
+    """What each rank wrote as ``rank{r}.json`` in ``folder``, in rank order."""
+    return [json.loads((Path(folder) / f"rank{r}.json").read_text()) for r in range(world)]
