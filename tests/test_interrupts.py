@@ -10,6 +10,16 @@ import pytest
 from spreadrl.interrupts import interrupts_between_items
 
 
+@pytest.fixture(autouse=True)
+def python_ctrl_c():
+    """Python's own SIGINT handler (KeyboardInterrupt) during each test, as a command
+    started from a terminal has it: a process started in the background by a
+    non-interactive shell inherits SIGINT ignored, and would receive no Ctrl-C here."""
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
+    yield
+    signal.signal(signal.SIGINT, previous)
+
+
 def _library_call() -> None:
     """A library's bare ``except:`` (openpyxl's conversion): it eats whatever is raised
     inside and raises its own error instead."""
