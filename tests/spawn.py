@@ -1,10 +1,10 @@
 """Local processes for tests: servers on a free port, and spawned gloo ranks.
 
-:func:`serving` starts a server and yields its URL once ``/health`` answers. A spawned rank joins a local gloo group with torchrun's environment
-(:func:`join_group`) and leaves it with :func:`leave_process_group`;
-:func:`spawn_ranks` starts the ranks with a deadline, so a collective that hangs
-fails its test instead of stalling the suite; :func:`rank_results` reads what each
-rank wrote.
+:func:`serving` starts a server and yields its URL once ``/health`` answers. A spawned
+rank joins a local gloo group with torchrun's environment (:func:`join_group`) and leaves
+it with :func:`leave_process_group`; :func:`spawn_ranks` starts the ranks with a
+deadline, so a collective that hangs fails its test instead of stalling the suite;
+:func:`rank_results` reads what each rank wrote.
 """
 
 from __future__ import annotations
@@ -13,6 +13,7 @@ import json
 import os
 import socket
 import subprocess
+import sys
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -95,8 +96,6 @@ def leave_process_group() -> None:
     about one run in tens on a loaded 2-core machine); the test checks what the ranks
     computed, and the result file is written and closed before this point.
     """
-    import sys
-
     from spreadrl.train.distributed import cleanup
 
     cleanup()

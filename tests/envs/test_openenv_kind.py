@@ -130,7 +130,7 @@ def echo_server(tmp: Path) -> Iterator[str]:
     command = [sys.executable, "-m", "uvicorn", "server.app:app", "--port", str(port)]
     env = {**os.environ, "PYTHONPATH": str(tmp / "echo_env")}
     log = tmp / f"echo-env-{port}.log"
-    with serving(command, port, log=log, cwd=tmp / "echo_env", env=env) as url:
+    with serving(command, port, log=log, cwd=tmp / "echo_env", env=env, timeout_s=60) as url:
         yield url
 
 
@@ -208,7 +208,8 @@ def length_server(tmp: Path) -> Iterator[str]:
     root = Path(__file__).resolve().parents[2]
     command = [sys.executable, "-m", "uvicorn", "tests.envs.length_env:app", "--port", str(port)]
     env = {**os.environ, "PYTHONPATH": str(root)}
-    with serving(command, port, log=tmp / f"length-env-{port}.log", cwd=root, env=env) as url:
+    log = tmp / f"length-env-{port}.log"
+    with serving(command, port, log=log, cwd=root, env=env, timeout_s=60) as url:
         yield url
 
 
