@@ -167,10 +167,14 @@ def _evaluate(
     console = cli_console()
     reporter = RichReporter(console)
     episode = EpisodeSettings(cfg.rollout, cfg.env, cfg.data.max_prompt_tokens)
-    with removed_if_failed_start(out, EVAL_FILES):
-        report = evaluate(
-            episode, spec, engine, out, recipe=recipe, skip_bad=skip_bad, reporter=reporter
-        )
+    try:
+        with removed_if_failed_start(out, EVAL_FILES):
+            report = evaluate(
+                episode, spec, engine, out, recipe=recipe, skip_bad=skip_bad, reporter=reporter
+            )
+    except KeyboardInterrupt:
+        cli_console(stderr=True).print(stopped_line(out), markup=False, highlight=False)
+        raise typer.Exit(130) from None
     render_report(report, reporter, title=f"{spec.backend} on {spec.tasks}")
     warning = some_did_not_start(report)
     if warning is not None:
@@ -181,6 +185,23 @@ def _evaluate(
         markup=False,
     )
     check_episode_errors(report, out)
+
+
+def stopped_line(out: Path) -> str:
+    """What a Ctrl-C left: the finished episodes stay in ``out`` and the same command
+    runs the rest (read from the partial report the eval wrote as it stopped)."""
+    import json
+
+    try:
+        report = json.loads((out / "report.json").read_text())
+        finished = int(report["episodes"])
+    except (OSError, ValueError, KeyError, TypeError):
+        return "stopped before an episode finished; nothing was kept"
+    of = f" of {report['episodes_planned']}" if "episodes_planned" in report else ""
+    return (
+        f"stopped: {finished}{of} episodes finished and are kept in {out}, the report counts "
+        "those only; the same command runs the rest"
+    )
 
 
 def _run_compare(ctx: typer.Context, args: list[str]) -> None:
@@ -262,7 +283,8 @@ def compare(
     from spreadrl.eval.compare import task_set_of
     from spreadrl.eval.report import load_report
 
-    diff = compare_runs(load_report(run_a), load_report(run_b), mixed_scoring=mixed_scoring)
+    report_a, report_b = load_report(run_a), load_report(run_b)
+    diff = compare_runs(report_a, report_b, mixed_scoring=mixed_scoring)
     table = Table(title="eval compare")
     table.add_column("metric")
     table.add_column(plain(run_a), justify="right")
@@ -275,6 +297,12 @@ def compare(
     console.print(table)
     if diff.scoring[0] != diff.scoring[1]:
         console.print(f"[yellow]scored two ways:[/] {diff.scoring[0]} vs {diff.scoring[1]}")
+    for run, report in ((run_a, report_a), (run_b, report_b)):
+        if report.get("complete") is False:  # a stopped eval: its report covers some episodes
+            console.print(
+                f"[yellow]warning:[/] {plain(run)} is a stopped eval: {report['episodes']} of "
+                f"{report.get('episodes_planned', '?')} episodes (the same eval command finishes it)"
+            )
     warning = diff.warning(str(run_a), str(run_b))
     if warning:
         console.print(f"[yellow]warning:[/] {plain(warning)}")

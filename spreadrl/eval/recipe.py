@@ -43,7 +43,9 @@ class EvalSpec:
 
 @dataclass(frozen=True)
 class EngineSpec:
-    """How it runs: these do not change the result (a resumed eval may change them)."""
+    """How it runs (a resumed eval may change them): none changes what is measured, but a
+    sampled eval seeds each batch by its place in the eval, so only the same
+    ``batch_size`` resumes into exactly the samples of one uninterrupted run."""
 
     device: str
     base_url: str | None

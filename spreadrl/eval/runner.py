@@ -115,6 +115,20 @@ def _earlier_time(out_dir: Path) -> tuple[list[float], dict[str, float]]:
     return [float(s) for s in sessions], {k: float(v) for k, v in timings.items()}
 
 
+def batches_to_run(
+    planned: list[EpisodeJob], batch_size: int, done: set[str]
+) -> list[tuple[int, list[EpisodeJob]]]:
+    """The whole eval's batches, each with its start in ``planned`` (its seed's offset),
+    less the episodes ``done``: a resumed episode samples from the seed it would have
+    had in one uninterrupted run, and a batch with nothing left is skipped."""
+    batches = []
+    for index in range(0, len(planned), batch_size):
+        left = [job for job in planned[index : index + batch_size] if job.episode_id not in done]
+        if left:
+            batches.append((index, left))
+    return batches
+
+
 def run_eval(
     tasks: TaskSet,
     policy: Policy,
@@ -148,23 +162,22 @@ def run_eval(
     # a rerun into the same folder resumes: finished episodes are kept, and episodes that
     # failed with an error (a task that did not load, a crashed worker) are run again
     done = {t.key for t in read_trajectories(out_dir) if not t.error}
-    jobs = [
+    planned = [
         EpisodeJob(task, case, sample)
         for task, case in tasks.episodes()
         for sample in range(samples)
-        if f"{task.id}/{case}/{sample}" not in done
     ]
+    batches = batches_to_run(planned, batch_size, done)
     started = time.perf_counter()
     # a resumed eval adds its time to the earlier sessions', which ran the episodes it keeps
     sessions, timings = _earlier_time(out_dir) if done else ([], {})
-    passed = 0
+    passed = finished = 0
     with (
-        reporter.progress("eval", len(jobs), status="pass -") as bar,
+        reporter.progress("eval", sum(len(c) for _, c in batches), status="pass -") as bar,
         (out_dir / TRAJECTORIES).open("a") as sink,
     ):
         try:
-            for index in range(0, len(jobs), batch_size):
-                chunk = jobs[index : index + batch_size]
+            for index, chunk in batches:
                 batch_run = run if run.seed is None else replace(run, seed=run.seed + index)
                 result = episodes(policy, pool, chunk, cfg, chat, run=batch_run)
                 for traj in result.trajectories:
@@ -173,15 +186,19 @@ def run_eval(
                 sink.flush()
                 for k, v in result.timings.items():
                     timings[k] = timings.get(k, 0.0) + v
-                finished = index + len(chunk)
+                finished += len(chunk)
                 bar.advance(len(chunk), status=f"pass {100 * passed / finished:.1f}%")
         finally:
             sink.flush()
             sessions.append(time.perf_counter() - started)
+            recorded = read_trajectories(out_dir)
             report = build_report(
-                read_trajectories(out_dir),
+                recorded,
                 k_values,
                 extra={
+                    # a Ctrl-C leaves a report of the episodes finished so far: it says so
+                    "episodes_planned": len(planned),
+                    "complete": len(recorded) == len(planned),
                     "wall_s": sum(sessions),
                     "wall_s_sessions": sessions,
                     "timings": timings,

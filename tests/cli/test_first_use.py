@@ -317,6 +317,38 @@ def test_a_resumed_eval_adds_its_time_to_the_first_sessions(tmp_path, monkeypatc
         assert second["timings"][key] >= value
 
 
+def test_a_ctrl_c_eval_says_what_it_kept_and_the_same_command_finishes_it(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    argv = [sys.executable, "-m", "spreadrl", "eval", "--backend", "oracle"]
+    argv += ["--tasks", "builtin:demo-test", "--batch-size", "2", "--out", "ev"]
+    proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        deadline = time.monotonic() + 240
+        written = tmp_path / "ev" / "trajectories.jsonl"
+        while not (written.is_file() and written.read_text().count("\n") >= 2):
+            assert proc.poll() is None and time.monotonic() < deadline  # episodes being run
+            time.sleep(0.05)
+        proc.send_signal(signal.SIGINT)  # Ctrl-C
+        _, err = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.communicate()
+    assert proc.returncode == 130 and "Traceback" not in err, err
+    stopped = json.loads(Path("ev/report.json").read_text())
+    assert stopped["complete"] is False and stopped["episodes_planned"] == 64
+    assert 2 <= stopped["episodes"] < 64
+    line = err.strip().splitlines()[-1]
+    assert line.startswith(f"stopped: {stopped['episodes']} of 64 episodes finished"), err
+    assert "the same command runs the rest" in line
+
+    again = subprocess.run(argv, capture_output=True, text=True, timeout=240)
+    assert again.returncode == 0, again.stderr
+    report = json.loads(Path("ev/report.json").read_text())
+    assert report["complete"] is True and report["episodes"] == 64
+    assert report["pass@1"] == 1.0  # the oracle passes every case, the kept ones included
+
+
 # ---- a refusal comes before torch and transformers are imported ----
 
 _PROBE = """
