@@ -8,6 +8,7 @@ from pathlib import Path
 import typer
 
 from spreadrl.cli.console import plain
+from spreadrl.data.sources import spreadsheet_tasks
 from spreadrl.data.task import load_tasks
 from spreadrl.env.config import check_engine_name
 from spreadrl.env.spreadsheet.recalc.locales import check_locale_name
@@ -16,7 +17,8 @@ from spreadrl.errors import SpreadrlError
 
 def check(
     tasks_dir: Path | None = typer.Argument(
-        None, help="Task set folder (with dataset.json) to score every task of."
+        None,
+        help="Task set to score every task of: a folder (with dataset.json) or builtin:<split>.",
     ),
     outputs: Path | None = typer.Option(
         None, "--outputs", help="Folder holding {n}_{id}_output.xlsx files (with TASKS_DIR)."
@@ -95,7 +97,7 @@ def _load_one_task(tasks_dir: Path | None, task: str):
         raise SpreadrlError(f"{folder}: not a task of {folder.parent / 'dataset.json'}")
     if tasks_dir is None:
         raise SpreadrlError(f"--task {task!r}: not a task folder; give TASKS_DIR to look up an id")
-    return load_tasks(tasks_dir).get(task)
+    return spreadsheet_tasks(tasks_dir).get(task)
 
 
 def _check_one(
@@ -148,7 +150,7 @@ def _check_set(
 
     if not outputs.is_dir():
         raise SpreadrlError(f"--outputs {outputs}: folder does not exist")
-    task_set = load_tasks(tasks_dir)
+    task_set = spreadsheet_tasks(tasks_dir)
     if not len(task_set):
         raise SpreadrlError(f"{tasks_dir}: no tasks to score")
     scores = [score_task(task, outputs, **options) for task in task_set]

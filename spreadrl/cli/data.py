@@ -8,12 +8,13 @@ import typer
 
 from spreadrl.cli import data_curate, data_sft
 from spreadrl.cli.console import RichReporter
+from spreadrl.cli.data_curate import TASK_SET_HELP
 from spreadrl.cli.data_info import render_summary
 from spreadrl.data.builtin import builtin_tasks
 from spreadrl.data.importers import copy_tasks, import_spreadsheet_rl, import_spreadsheetbench
 from spreadrl.data.info import summarize_tasks
+from spreadrl.data.sources import spreadsheet_tasks
 from spreadrl.data.synth import describe_families, synthesize
-from spreadrl.data.task import load_tasks
 from spreadrl.errors import SpreadrlError
 
 app = typer.Typer(
@@ -176,7 +177,7 @@ def import_(
 
 @app.command("info")
 def info(
-    tasks_dir: Path = typer.Argument(..., help="Task set folder (with dataset.json)."),
+    tasks_dir: Path = typer.Argument(..., help=TASK_SET_HELP),
     skip_bad: bool = typer.Option(
         False, "--skip-bad", help="Skip broken tasks and list them instead of stopping."
     ),
@@ -197,7 +198,7 @@ def info(
 
     from spreadrl.cli.console import cli_console
 
-    summary = summarize_tasks(load_tasks(tasks_dir, skip_bad=skip_bad), count_cells=cells)
+    summary = summarize_tasks(spreadsheet_tasks(tasks_dir, skip_bad=skip_bad), count_cells=cells)
     if as_json:
         typer.echo(json.dumps(summary, indent=2, ensure_ascii=False))
         return

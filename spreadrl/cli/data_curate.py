@@ -13,13 +13,15 @@ import typer
 from spreadrl.cli.console import RichReporter, plain
 from spreadrl.data import filters
 from spreadrl.data.download import DATASETS, download_dataset
+from spreadrl.data.sources import spreadsheet_tasks
 from spreadrl.data.split import parse_ratios, split_tasks
-from spreadrl.data.task import load_tasks
 from spreadrl.env.config import check_engine_name
 from spreadrl.errors import SpreadrlError
 
 if TYPE_CHECKING:
     from rich.console import Console
+
+TASK_SET_HELP = "Task set: a folder (with dataset.json) or builtin:<split>."
 
 
 def download(
@@ -118,7 +120,7 @@ def _print_datasets(console: Console) -> None:
 
 
 def filter_tasks(
-    tasks_dir: Path = typer.Argument(..., help="Task set folder (with dataset.json)."),
+    tasks_dir: Path = typer.Argument(..., help=TASK_SET_HELP),
     out: Path = typer.Option(None, "--out", help="Folder for the kept tasks."),
     dry_run: bool = typer.Option(False, "--dry-run", help="Report counts; write nothing."),
     structure: bool = typer.Option(
@@ -184,7 +186,7 @@ def filter_tasks(
         pass_band=(min_pass, max_pass),
         dedup=dedup,
     )
-    task_set = load_tasks(tasks_dir, skip_bad=True)
+    task_set = spreadsheet_tasks(tasks_dir, skip_bad=True)
     report = filters.apply_filters(
         task_set,
         filters.default_order(chosen),
@@ -258,7 +260,7 @@ def _print_filter_report(tasks_dir: Path, report: filters.FilterReport) -> None:
 
 
 def split(
-    tasks_dir: Path = typer.Argument(..., help="Task set folder (with dataset.json)."),
+    tasks_dir: Path = typer.Argument(..., help=TASK_SET_HELP),
     out: Path = typer.Option(..., "--out", help="Folder for train/, val/, test/."),
     ratios: str = typer.Option("0.8,0.1,0.1", "--ratios", help="train,val,test fractions."),
     seed: int = typer.Option(0, "--seed", help="Same seed, same splits."),
@@ -276,7 +278,7 @@ def split(
     from spreadrl.cli.console import cli_console
 
     report = split_tasks(
-        load_tasks(tasks_dir),
+        spreadsheet_tasks(tasks_dir),
         out,
         ratios=parse_ratios(ratios),
         seed=seed,

@@ -9,6 +9,7 @@ from typing import Any
 import typer
 
 from spreadrl.data.importers.common import is_xlsx_bytes_file
+from spreadrl.data.sources import spreadsheet_tasks
 from spreadrl.data.task import Task, load_tasks
 from spreadrl.env.config import EnvConfig
 from spreadrl.errors import SpreadrlError
@@ -56,7 +57,7 @@ def tools(
 def _find_task(ref: str, tasks_dir: Path | None, trajectory: Path) -> Task:
     """A task by id within --tasks DIR, or by folder (relative to cwd or the trajectory)."""
     if tasks_dir is not None:
-        task_set = load_tasks(tasks_dir)
+        task_set = spreadsheet_tasks(tasks_dir)
         for task in task_set:
             if task.id == ref or task.folder.resolve() == (tasks_dir / ref).resolve():
                 return task
@@ -96,7 +97,7 @@ def _load_trajectory(path: Path) -> dict[str, Any]:
 def replay_command(
     trajectory: Path = typer.Argument(..., help="Trajectory JSON: {task, case, calls}."),
     tasks_dir: Path | None = typer.Option(
-        None, "--tasks", help="Task set folder in which 'task' is an id."
+        None, "--tasks", help="Task set in which 'task' is an id: a folder or builtin:<split>."
     ),
     preset: str = typer.Option("full", "--preset", help="Tool preset or comma-separated names."),
     output: Path | None = typer.Option(

@@ -32,8 +32,21 @@ def resolve_tasks(spec: str | Path, *, skip_bad: bool = False) -> TaskSet:
         return code_tasks.load_problem_jsonl(Path(text), skip_bad=skip_bad)
     if text.startswith(OPENENV_PREFIX):
         return server_episodes(text[len(OPENENV_PREFIX) :])
+    return spreadsheet_tasks(text, skip_bad=skip_bad)
+
+
+def spreadsheet_tasks(spec: str | Path, *, skip_bad: bool = False) -> TaskSet:
+    """A spreadsheet task set: a folder or ``builtin:<split>`` (what ``data info``,
+    ``filter``, ``split``, ``check`` and ``env replay`` read, which open workbooks); the
+    other kinds of :func:`resolve_tasks` are refused in one line."""
+    text = str(spec)
     if text.startswith(BUILTIN_PREFIX):
         return builtin.builtin_tasks(text[len(BUILTIN_PREFIX) :] or "train")
+    for prefix in (BUILTIN_CODE_PREFIX, OPENENV_PREFIX):
+        if text.startswith(prefix):
+            raise TaskFormatError(
+                f"{text}: not a spreadsheet task set; give a task folder or {BUILTIN_PREFIX}<split>"
+            )
     return load_tasks(Path(text), skip_bad=skip_bad)
 
 
