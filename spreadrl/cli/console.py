@@ -23,7 +23,7 @@ import logging
 import os
 import sys
 import warnings
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import AbstractContextManager, contextmanager
 
 import typer
@@ -150,6 +150,24 @@ def typer_output_unwrapped() -> None:
 def plain(value: object) -> str:
     """``value`` as text to put inside a markup string: its brackets are printed, not parsed."""
     return escape(str(value))
+
+
+@contextmanager
+def said_on_ctrl_c(line: str | Callable[[], str]) -> Iterator[None]:
+    """A Ctrl-C inside prints ``line`` (what the stop left behind; a callable is asked then)
+    and exits 130 as an interrupted command does: typer's own exit says nothing, and a
+    user who stopped a command wants to know whether their folder is whole."""
+    try:
+        yield
+    except KeyboardInterrupt:
+        text = line() if callable(line) else line
+        cli_console(stderr=True).print(text, markup=False, highlight=False)
+        raise typer.Exit(130) from None
+
+
+def left_as_it_was(out: object) -> str:
+    """The line of a command that writes ``out`` in a staging folder and renames it last."""
+    return f"stopped: {out} was left as it was (nothing half-written)"
 
 
 def print_error(message: str, console: Console | None = None) -> None:

@@ -7,7 +7,7 @@ from pathlib import Path
 import typer
 
 from spreadrl.cli import data_curate, data_sft
-from spreadrl.cli.console import RichReporter
+from spreadrl.cli.console import RichReporter, left_as_it_was, said_on_ctrl_c
 from spreadrl.cli.data_curate import TASK_SET_HELP
 from spreadrl.cli.data_info import render_summary
 from spreadrl.data.builtin import builtin_tasks
@@ -79,17 +79,18 @@ def synth(
         return
     if out is None or n is None:
         raise SpreadrlError("data synth needs --out DIR and --n N (or --list)")
-    task_set = synthesize(
-        out,
-        n,
-        seed,
-        families=_csv(families),
-        difficulty=_csv(difficulty),
-        cases=cases,
-        overwrite=overwrite,
-        reporter=RichReporter(console),
-        check=verify_case,
-    )
+    with said_on_ctrl_c(left_as_it_was(out)):
+        task_set = synthesize(
+            out,
+            n,
+            seed,
+            families=_csv(families),
+            difficulty=_csv(difficulty),
+            cases=cases,
+            overwrite=overwrite,
+            reporter=RichReporter(console),
+            check=verify_case,
+        )
     console.print(
         f"wrote {len(task_set)} tasks ({len(task_set.episodes())} cases) to {task_set.root}",
         markup=False,
@@ -148,22 +149,21 @@ def import_(
 
     if source not in IMPORT_SOURCES:
         raise SpreadrlError(f"--from {source!r}: expected one of {', '.join(IMPORT_SOURCES)}")
-    if source == "spreadsheetbench":
-        if split or parser or workbooks:
-            raise SpreadrlError(
-                "--split, --parser and --workbooks apply to --from spreadsheet-rl only"
+    if source == "spreadsheetbench" and (split or parser or workbooks):
+        raise SpreadrlError("--split, --parser and --workbooks apply to --from spreadsheet-rl only")
+    with said_on_ctrl_c(left_as_it_was(out)):
+        if source == "spreadsheetbench":
+            report = import_spreadsheetbench(src, out, skip_bad=skip_bad, overwrite=overwrite)
+        else:
+            report = import_spreadsheet_rl(
+                src,
+                out,
+                split=split,
+                parser=parser,
+                workbooks=workbooks,
+                skip_bad=skip_bad,
+                overwrite=overwrite,
             )
-        report = import_spreadsheetbench(src, out, skip_bad=skip_bad, overwrite=overwrite)
-    else:
-        report = import_spreadsheet_rl(
-            src,
-            out,
-            split=split,
-            parser=parser,
-            workbooks=workbooks,
-            skip_bad=skip_bad,
-            overwrite=overwrite,
-        )
     console = cli_console()
     console.print(f"imported {report.imported} task(s) from {src} into {report.out}", markup=False)
     if report.skipped:
@@ -230,7 +230,8 @@ def builtin(
         typer.echo(str(task_set.root))
         return
 
-    copied = copy_tasks(task_set, out, overwrite=overwrite)
+    with said_on_ctrl_c(left_as_it_was(out)):
+        copied = copy_tasks(task_set, out, overwrite=overwrite)
     console.print(f"copied built-in {split} ({len(copied)} tasks) to {copied.root}", markup=False)
 
 

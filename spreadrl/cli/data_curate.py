@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING
 
 import typer
 
-from spreadrl.cli.console import RichReporter, plain
+from spreadrl.cli.console import RichReporter, left_as_it_was, plain, said_on_ctrl_c
 from spreadrl.data import filters
 from spreadrl.data.download import DATASETS, download_dataset
 from spreadrl.data.sources import spreadsheet_tasks
@@ -187,13 +187,14 @@ def filter_tasks(
         dedup=dedup,
     )
     task_set = spreadsheet_tasks(tasks_dir, skip_bad=True)
-    report = filters.apply_filters(
-        task_set,
-        filters.default_order(chosen),
-        None if dry_run else out,
-        overwrite=overwrite,
-        reporter=None if as_json else RichReporter(),
-    )
+    with said_on_ctrl_c("stopped: nothing was written" if dry_run else left_as_it_was(out)):
+        report = filters.apply_filters(
+            task_set,
+            filters.default_order(chosen),
+            None if dry_run else out,
+            overwrite=overwrite,
+            reporter=None if as_json else RichReporter(),
+        )
     if as_json:
         typer.echo(json.dumps(report.to_json(), indent=2, ensure_ascii=False))
         return
@@ -277,14 +278,16 @@ def split(
     """
     from spreadrl.cli.console import cli_console
 
-    report = split_tasks(
-        spreadsheet_tasks(tasks_dir),
-        out,
-        ratios=parse_ratios(ratios),
-        seed=seed,
-        threshold=dedup,
-        overwrite=overwrite,
-    )
+    task_set = spreadsheet_tasks(tasks_dir)
+    with said_on_ctrl_c(left_as_it_was(out)):
+        report = split_tasks(
+            task_set,
+            out,
+            ratios=parse_ratios(ratios),
+            seed=seed,
+            threshold=dedup,
+            overwrite=overwrite,
+        )
     counts = ", ".join(f"{name} {len(ids)}" for name, ids in report.splits.items())
     console = cli_console()
     console.print(

@@ -159,7 +159,7 @@ def _evaluate(
 ) -> None:
     """Run the eval recipe into ``out`` and draw its report; a folder it failed to start
     in is removed."""
-    from spreadrl.cli.console import RichReporter, cli_console
+    from spreadrl.cli.console import RichReporter, cli_console, said_on_ctrl_c
     from spreadrl.cli.outdir import removed_if_failed_start
     from spreadrl.eval.recipe import EVAL_FILES, EpisodeSettings, check_episode_errors, evaluate
     from spreadrl.eval.report import render_report, some_did_not_start
@@ -167,14 +167,10 @@ def _evaluate(
     console = cli_console()
     reporter = RichReporter(console)
     episode = EpisodeSettings(cfg.rollout, cfg.env, cfg.data.max_prompt_tokens)
-    try:
-        with removed_if_failed_start(out, EVAL_FILES):
-            report = evaluate(
-                episode, spec, engine, out, recipe=recipe, skip_bad=skip_bad, reporter=reporter
-            )
-    except KeyboardInterrupt:
-        cli_console(stderr=True).print(stopped_line(out), markup=False, highlight=False)
-        raise typer.Exit(130) from None
+    with said_on_ctrl_c(lambda: stopped_line(out)), removed_if_failed_start(out, EVAL_FILES):
+        report = evaluate(
+            episode, spec, engine, out, recipe=recipe, skip_bad=skip_bad, reporter=reporter
+        )
     render_report(report, reporter, title=f"{spec.backend} on {spec.tasks}")
     warning = some_did_not_start(report)
     if warning is not None:

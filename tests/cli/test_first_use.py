@@ -275,11 +275,13 @@ def test_after_a_stopped_synth_data_info_suggests_a_command_that_works(tmp_path,
             assert proc.poll() is None and time.monotonic() < deadline  # tasks being written
             time.sleep(0.05)
         proc.send_signal(signal.SIGINT)  # Ctrl-C
-        proc.communicate(timeout=60)
+        _, err = proc.communicate(timeout=60)
     finally:
         if proc.poll() is None:
             proc.kill()
             proc.communicate()
+    assert proc.returncode == 130 and "Traceback" not in err, err
+    assert err.strip().splitlines()[-1] == "stopped: syn was left as it was (nothing half-written)"
     info = subprocess.run(
         [sys.executable, "-m", "spreadrl", "data", "info", "syn"],
         capture_output=True,
