@@ -54,6 +54,17 @@ def test_compare_of_the_same_cases_gives_no_warning(tmp_path):
     assert "warning" not in out and "pass@1 change: +50.0" in out
 
 
+def test_compare_warns_of_a_stopped_evals_report(tmp_path):
+    a = _report(tmp_path / "a", {"t/1": 0.0, "t/2": 1.0}, "set")
+    b = _report(tmp_path / "b", {"t/1": 1.0, "t/2": 1.0}, "set")
+    stopped = json.loads((b / "report.json").read_text())
+    stopped.update(episodes=2, episodes_planned=8, complete=False)
+    (b / "report.json").write_text(json.dumps(stopped))
+    out = _compare(a, b)
+    assert f"warning: {b} is a stopped eval: 2 of 8 episodes" in out
+    assert f"{a} is a stopped eval" not in out  # a report without the fields: no warning
+
+
 def test_check_outputs_with_no_matching_workbook_exits_non_zero(tmp_path):
     tasks = _task_set(tmp_path / "tasks")
     other = tmp_path / "other"
