@@ -92,6 +92,24 @@ def read_trajectories(path: Path) -> list[Trajectory]:
     return list(latest.values())
 
 
+def drop_torn_tail(path: Path) -> None:
+    """Cut a last line that a killed eval left half-written (no newline): the episodes a
+    resume appends would otherwise run on from it, and the first of them would be lost as
+    part of one unreadable line."""
+    if not path.is_file():
+        return
+    with path.open("rb+") as file:
+        size = file.seek(0, 2)
+        if not size:
+            return
+        file.seek(size - 1)
+        if file.read(1) == b"\n":
+            return
+        file.seek(0)
+        end = file.read().rfind(b"\n") + 1  # 0: no whole line at all
+        file.truncate(end)
+
+
 def write_json(path: Path, data: Any) -> None:
     tmp = path.with_suffix(path.suffix + ".tmp")
     tmp.write_text(json.dumps(data, indent=2, default=str))
@@ -161,6 +179,7 @@ def run_eval(
     chat = EpisodeChat.of(tokenizer) if tokenizer is not None else None
     # a rerun into the same folder resumes: finished episodes are kept, and episodes that
     # failed with an error (a task that did not load, a crashed worker) are run again
+    drop_torn_tail(out_dir / TRAJECTORIES)
     done = {t.key for t in read_trajectories(out_dir) if not t.error}
     planned = [
         EpisodeJob(task, case, sample)

@@ -319,6 +319,22 @@ def test_a_resumed_eval_adds_its_time_to_the_first_sessions(tmp_path, monkeypatc
         assert second["timings"][key] >= value
 
 
+def test_a_resume_after_a_torn_last_line_loses_no_episode(tmp_path, monkeypatch, capsys):
+    """A killed eval can leave its last trajectory half-written (no newline); the
+    episodes a resume appends must not run on from it (the first was lost that way)."""
+    monkeypatch.chdir(tmp_path)
+    argv = ["eval", "--backend", "oracle", "--tasks", "builtin:demo-test", "--out", "ev"]
+    assert cli(monkeypatch, capsys, *argv)[0] == 0
+    lines = Path("ev/trajectories.jsonl").read_text().splitlines(keepends=True)
+    Path("ev/trajectories.jsonl").write_text("".join(lines[:10]) + lines[10][:50])
+    code, _, err = cli(monkeypatch, capsys, *argv)
+    assert code == 0, err
+    report = json.loads(Path("ev/report.json").read_text())
+    assert report["episodes"] == 64 and report["complete"] is True
+    rows = [json.loads(line) for line in Path("ev/trajectories.jsonl").read_text().splitlines()]
+    assert len({(r["task_id"], r["case"], r["sample"]) for r in rows}) == len(rows) == 64
+
+
 def test_a_ctrl_c_eval_says_what_it_kept_and_the_same_command_finishes_it(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     argv = [sys.executable, "-m", "spreadrl", "eval", "--backend", "oracle"]
