@@ -4,13 +4,15 @@
 rank joins a local gloo group with torchrun's environment (:func:`join_group`) and leaves
 it with :func:`leave_process_group`; :func:`spawn_ranks` starts the ranks with a
 deadline, so a collective that hangs fails its test instead of stalling the suite;
-:func:`rank_results` reads what each rank wrote.
+:func:`rank_results` reads what each rank wrote. :func:`ctrl_c_when` stops a command as
+a user's Ctrl-C would, at the moment a test picks.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import signal
 import socket
 import subprocess
 import sys
@@ -124,3 +126,24 @@ def spawn_ranks(
 def rank_results(folder: Path, world: int = 2) -> list[dict]:
     """What each rank wrote as ``rank{r}.json`` in ``folder``, in rank order."""
     return [json.loads((Path(folder) / f"rank{r}.json").read_text()) for r in range(world)]
+
+
+def ctrl_c_when(
+    argv: list[str], ready: Callable[[], bool], timeout_s: float = 120
+) -> tuple[int, str]:
+    """Run ``argv``, send it SIGINT once ``ready()`` holds (polled), and return its exit code
+    and stderr. The test fails if the command ends first or is not ready in ``timeout_s``."""
+    proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        deadline = time.monotonic() + timeout_s
+        while not ready():
+            assert proc.poll() is None, "the command ended before the moment to stop it"
+            assert time.monotonic() < deadline, f"the command was not ready in {timeout_s} s"
+            time.sleep(0.05)
+        proc.send_signal(signal.SIGINT)  # Ctrl-C
+        _, err = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.communicate()
+    return proc.returncode, err

@@ -15,15 +15,14 @@ from __future__ import annotations
 import json
 import os
 import re
-import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
 
 from tests.cli.test_cli_mistakes import cli, one_error_line
+from tests.spawn import ctrl_c_when
 
 # ---- --overwrite replaces only what the same command wrote; a run never ----
 
@@ -266,21 +265,13 @@ def test_eval_of_a_run_folder_points_at_its_model(tmp_path, monkeypatch, capsys)
 def test_after_a_stopped_synth_data_info_suggests_a_command_that_works(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     argv = [sys.executable, "-m", "spreadrl", "data", "synth", "--out", "syn", "--n", "5000"]
-    proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    try:
-        deadline = time.monotonic() + 120
-        while not any(
+    code, err = ctrl_c_when(  # once tasks are being written
+        argv,
+        lambda: any(
             p.is_dir() for p in (*tmp_path.glob(".syn.*/synth-*"), *tmp_path.glob("syn/synth-*"))
-        ):
-            assert proc.poll() is None and time.monotonic() < deadline  # tasks being written
-            time.sleep(0.05)
-        proc.send_signal(signal.SIGINT)  # Ctrl-C
-        _, err = proc.communicate(timeout=60)
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.communicate()
-    assert proc.returncode == 130 and "Traceback" not in err, err
+        ),
+    )
+    assert code == 130 and "Traceback" not in err, err
     assert err.strip().splitlines()[-1] == "stopped: syn was left as it was (nothing half-written)"
     info = subprocess.run(
         [sys.executable, "-m", "spreadrl", "data", "info", "syn"],
@@ -339,20 +330,11 @@ def test_a_ctrl_c_eval_says_what_it_kept_and_the_same_command_finishes_it(tmp_pa
     monkeypatch.chdir(tmp_path)
     argv = [sys.executable, "-m", "spreadrl", "eval", "--backend", "oracle"]
     argv += ["--tasks", "builtin:demo-test", "--batch-size", "2", "--out", "ev"]
-    proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    try:
-        deadline = time.monotonic() + 240
-        written = tmp_path / "ev" / "trajectories.jsonl"
-        while not (written.is_file() and written.read_text().count("\n") >= 2):
-            assert proc.poll() is None and time.monotonic() < deadline  # episodes being run
-            time.sleep(0.05)
-        proc.send_signal(signal.SIGINT)  # Ctrl-C
-        _, err = proc.communicate(timeout=60)
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.communicate()
-    assert proc.returncode == 130 and "Traceback" not in err, err
+    written = tmp_path / "ev" / "trajectories.jsonl"
+    code, err = ctrl_c_when(  # once two episodes are written
+        argv, lambda: written.is_file() and written.read_text().count("\n") >= 2, timeout_s=240
+    )
+    assert code == 130 and "Traceback" not in err, err
     stopped = json.loads(Path("ev/report.json").read_text())
     assert stopped["complete"] is False and stopped["episodes_planned"] == 64
     assert 2 <= stopped["episodes"] < 64
