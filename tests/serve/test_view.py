@@ -141,6 +141,7 @@ frame.addEventListener("load", async () => {
       charts: [...doc.querySelectorAll("#charts .chart")].map((c) => c.dataset.title),
       canvases: doc.querySelectorAll("#charts canvas").length,
       reportHead: [...doc.querySelectorAll("#report-table tr:first-child th")].map((t) => t.textContent),
+      stopped: [...doc.querySelectorAll("#report p.stopped")].map((p) => p.textContent),
       listed: rows.length,
       turns: doc.querySelectorAll("#traj-turns .turn").length,
       calls: [...doc.querySelectorAll("#traj-turns pre.call")].map((p) => p.textContent),
@@ -237,6 +238,11 @@ def test_viewer_page_in_chromium_shows_curves_reports_and_a_changed_cell(run_dir
     assert seen["canvases"] >= len(seen["charts"])  # uPlot drew every chart
     # the older report is A (written first: the demo's eval before RL)
     assert seen["reportHead"] == ["metric", "A: eval-sft", "B: eval-grpo", "B - A"]
+    stopped = json.loads((run_dir / "eval-sft" / "report.json").read_text())
+    assert seen["stopped"] == [  # eval-sft's report is a stopped eval's; eval-grpo's is whole
+        f"eval-sft is a stopped eval: {stopped['episodes']} of {stopped['episodes_planned']} "
+        "episodes; the same eval command finishes it"
+    ]
     assert seen["listed"] == 12
     assert seen["turns"] == 3 and seen["calls"][1].startswith("write_range ")
     # the second turn's reasoning, collapsed, apart from its text and call

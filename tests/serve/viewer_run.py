@@ -95,7 +95,10 @@ def build_run(root: Path, steps: int = 3, per_step: int = 4) -> Path:
     for name, chosen in (("eval-sft", trajs[1::2]), ("eval-grpo", trajs)):
         folder = root / name
         folder.mkdir()
-        (folder / "report.json").write_text(json.dumps(build_report(chosen)))
+        report = build_report(chosen)
+        if name == "eval-sft":  # stopped halfway, as a Ctrl-C'd eval leaves its report
+            report.update(episodes_planned=len(trajs), complete=False)
+        (folder / "report.json").write_text(json.dumps(report))
         if name == "eval-sft":  # clearly older, as the demo's eval before RL is
             old = time.time() - 60
             os.utime(folder / "report.json", (old, old))

@@ -186,6 +186,12 @@ async function loadReports() {
   const a = ra ? (await getJSON("api/report?run=" + encodeURIComponent(ra))).report : null;
   const b = rb ? (await getJSON("api/report?run=" + encodeURIComponent(rb))).report : null;
   const two = a && b;
+  for (const [name, rep] of [[ra, a], [rb, b]]) {
+    if (rep && rep.complete === false) {  // an eval stopped by Ctrl-C: its report covers some episodes
+      box.appendChild(el("p", `${name} is a stopped eval: ${rep.episodes} of ${rep.episodes_planned} ` +
+        "episodes; the same eval command finishes it", "stopped"));
+    }
+  }
   const head = two ? ["metric", "A: " + ra, "B: " + rb, "B - A"] : ["metric", ra || rb];
   const rows = reportRows(a || b, two ? b : null).map(([k, x, y]) =>
     two ? [k, x, y, typeof x === "number" && typeof y === "number" ? y - x : null] : [k, x]);
