@@ -149,7 +149,8 @@ def _check_set(
     from spreadrl.env.spreadsheet.checker import score_task
 
     if not outputs.is_dir():
-        raise SpreadrlError(f"--outputs {outputs}: folder does not exist")
+        what = "a file, not a folder" if outputs.exists() else "folder does not exist"
+        raise SpreadrlError(f"--outputs {outputs}: {what}")
     task_set = spreadsheet_tasks(tasks_dir)
     if not len(task_set):
         raise SpreadrlError(f"{tasks_dir}: no tasks to score")

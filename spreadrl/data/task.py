@@ -334,6 +334,9 @@ def load_tasks(root: str | Path, *, skip_bad: bool = False, validate: bool = Tru
     root = Path(root)
     index_path = root / "dataset.json"
     if not index_path.is_file():
+        if root.is_file():  # a synth --out there would fail too: name the folder to give
+            hint = f"; give its folder, {root.parent}" if root.name == "dataset.json" else ""
+            raise TaskFormatError(f"{root}: a file, not a task set folder{hint}")
         if root.is_dir() and any(root.iterdir()):  # a command with --out here would refuse it
             raise TaskFormatError(
                 f"{root}: no dataset.json, so no task set (a stopped command leaves none); "

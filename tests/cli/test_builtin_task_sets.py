@@ -55,3 +55,18 @@ def test_a_task_set_of_another_kind_is_refused_in_one_line(monkeypatch, capsys):
     code, _, err = cli(monkeypatch, capsys, "data", "info", "builtin-code:test")
     assert code == 1
     assert "not a spreadsheet task set" in one_error_line(err)
+
+
+def test_a_file_where_a_folder_is_wanted_is_named_a_file(tmp_path, monkeypatch, capsys):
+    """Not "no dataset.json ... create one with `data synth --out FILE`", a command that
+    would fail there too; a task set's own dataset.json points at its folder."""
+    note = tmp_path / "notes.txt"
+    note.write_text("mine")
+    code, _, err = cli(monkeypatch, capsys, "data", "info", str(note))
+    assert code == 1
+    assert one_error_line(err) == f"error: {note}: a file, not a task set folder"
+    index = builtin_tasks("demo-test").root / "dataset.json"
+    code, _, err = cli(monkeypatch, capsys, "data", "info", str(index))
+    assert one_error_line(err).endswith(f"give its folder, {index.parent}")
+    code, _, err = cli(monkeypatch, capsys, "check", "builtin:demo-test", "--outputs", str(note))
+    assert one_error_line(err) == f"error: --outputs {note}: a file, not a folder"
