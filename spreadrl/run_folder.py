@@ -288,12 +288,14 @@ def _write_record(
     tmp.replace(folder / RUN_FILE)
 
 
-def cut_back_jsonl(path: Path, step: int) -> int:
-    """Keep the rows of ``path`` logged at or before ``step``; return how many were dropped.
+def cut_back_jsonl(path: Path, step: int | None = None) -> int:
+    """Keep the rows of ``path`` logged at or before ``step`` (``None``: every readable row);
+    return how many were dropped.
 
     A resumed run logs again every step after its checkpoint, so the rows the
     interrupted run wrote after it would appear twice. A row without a ``step``
-    is kept; a torn line (a write cut by a kill) is dropped.
+    is kept; a torn line (a write cut by a kill) is dropped, so what a resume
+    appends starts on a line of its own.
     """
     if not path.is_file():
         return 0
@@ -306,7 +308,7 @@ def cut_back_jsonl(path: Path, step: int) -> int:
             dropped += 1
             continue
         row_step = row.get("step") if isinstance(row, dict) else None
-        if isinstance(row_step, int) and row_step > step:
+        if step is not None and isinstance(row_step, int) and row_step > step:
             dropped += 1
             continue
         kept.append(line)

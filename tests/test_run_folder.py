@@ -119,6 +119,10 @@ def test_cut_back_keeps_the_rows_up_to_the_step(tmp_path):
     assert [json.loads(line) for line in path.read_text().splitlines()] == rows[:3]
     assert cut_back_jsonl(path, 0) == 2  # a run with no checkpoint starts its log over
     assert cut_back_jsonl(tmp_path / "missing.jsonl", 0) == 0
+    # no step (an eval's trajectories): every readable row stays, the torn last one goes
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows) + '{"step": 4, "tor')
+    assert cut_back_jsonl(path) == 1
+    assert path.read_text() == "".join(json.dumps(r) + "\n" for r in rows)
 
 
 def test_single_outputs_are_refused_unless_overwrite(tmp_path):

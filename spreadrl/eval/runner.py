@@ -26,6 +26,7 @@ from spreadrl.rollout.config import RolloutConfig
 from spreadrl.rollout.policy import Policy
 from spreadrl.rollout.runner import EnvPoolLike, EpisodeJob, EpisodeRunner, run_episodes
 from spreadrl.rollout.types import RunValues, Trajectory
+from spreadrl.run_folder import cut_back_jsonl
 
 TRAJECTORIES = "trajectories.jsonl"
 REPORT = "report.json"
@@ -90,24 +91,6 @@ def read_trajectories(path: Path) -> list[Trajectory]:
             continue  # a line cut by an interrupted write
         latest[traj.key] = traj
     return list(latest.values())
-
-
-def drop_torn_tail(path: Path) -> None:
-    """Cut a last line that a killed eval left half-written (no newline): the episodes a
-    resume appends would otherwise run on from it, and the first of them would be lost as
-    part of one unreadable line."""
-    if not path.is_file():
-        return
-    with path.open("rb+") as file:
-        size = file.seek(0, 2)
-        if not size:
-            return
-        file.seek(size - 1)
-        if file.read(1) == b"\n":
-            return
-        file.seek(0)
-        end = file.read().rfind(b"\n") + 1  # 0: no whole line at all
-        file.truncate(end)
 
 
 def write_json(path: Path, data: Any) -> None:
@@ -179,7 +162,7 @@ def run_eval(
     chat = EpisodeChat.of(tokenizer) if tokenizer is not None else None
     # a rerun into the same folder resumes: finished episodes are kept, and episodes that
     # failed with an error (a task that did not load, a crashed worker) are run again
-    drop_torn_tail(out_dir / TRAJECTORIES)
+    cut_back_jsonl(out_dir / TRAJECTORIES)  # a killed eval's half-written last line
     done = {t.key for t in read_trajectories(out_dir) if not t.error}
     planned = [
         EpisodeJob(task, case, sample)
