@@ -186,17 +186,16 @@ def _evaluate(
 def stopped_line(out: Path) -> str:
     """What a Ctrl-C left: the finished episodes stay in ``out`` and the same command
     runs the rest (read from the partial report the eval wrote as it stopped)."""
-    import json
+    from spreadrl.eval.report import load_report
 
     try:
-        report = json.loads((out / "report.json").read_text())
-        finished = int(report["episodes"])
-    except (OSError, ValueError, KeyError, TypeError):
+        report = load_report(out)
+    except SpreadrlError:
         return "stopped before an episode finished; nothing was kept"
     of = f" of {report['episodes_planned']}" if "episodes_planned" in report else ""
     return (
-        f"stopped: {finished}{of} episodes finished and are kept in {out}, the report counts "
-        "those only; the same command runs the rest"
+        f"stopped: {report.get('episodes', 0)}{of} episodes finished and are kept in {out}, "
+        "the report counts those only; the same command runs the rest"
     )
 
 
