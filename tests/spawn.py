@@ -3,7 +3,8 @@
 :func:`serving` starts a server and yields its URL once ``/health`` answers. A spawned
 rank joins a local gloo group with torchrun's environment (:func:`join_group`) and leaves
 it with :func:`leave_process_group`; :func:`spawn_ranks` starts the ranks with a
-deadline, so a collective that hangs fails its test instead of stalling the suite;
+deadline, so a collective that hangs fails its test instead of stalling the suite, and
+forks them from a server that has imported torch, transformers and the trainer once;
 :func:`rank_results` reads what each rank wrote. :func:`ctrl_c_when` stops a command as
 a user's Ctrl-C would, at the moment a test picks.
 """
@@ -11,6 +12,7 @@ a user's Ctrl-C would, at the moment a test picks.
 from __future__ import annotations
 
 import json
+import multiprocessing.forkserver
 import os
 import signal
 import socket
@@ -27,6 +29,11 @@ import torch
 import torch.multiprocessing as mp
 
 SPAWN_TIMEOUT_S = 240  # a generous bound: two ranks of a tiny model take seconds
+RANK_PRELOAD = ["pytest", "torch", "torch.distributed.fsdp", "spreadrl.train.trained_model"]
+"""What the rank server imports once. A spawned rank imported these afresh (torch and
+transformers' model classes: about 4 s of CPU each on a 2-core machine, most of a
+two-rank test's time); a rank forked from the server starts with them loaded. The
+server imports nothing else and starts no thread, so the fork is clean."""
 
 
 def free_port() -> int:
@@ -111,7 +118,14 @@ def spawn_ranks(
 ) -> None:
     """Run ``worker(rank, world, port, *args)`` on ``world`` spawned ranks; a rank that
     has not finished within ``timeout_s`` fails the test (all ranks are killed)."""
-    ctx = mp.spawn(worker, args=(world, free_port(), *args), nprocs=world, join=False)
+    multiprocessing.forkserver.set_forkserver_preload(RANK_PRELOAD)  # read at its first start
+    ctx = mp.start_processes(
+        worker,
+        args=(world, free_port(), *args),
+        nprocs=world,
+        join=False,
+        start_method="forkserver",
+    )
     deadline = time.monotonic() + timeout_s
     while not ctx.join(timeout=max(0.0, deadline - time.monotonic())):
         if time.monotonic() >= deadline:
