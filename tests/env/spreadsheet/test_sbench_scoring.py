@@ -220,3 +220,63 @@ def test_an_unknown_scoring_is_refused_where_it_is_set():
         EnvConfig(scoring="excel")
     with pytest.raises(ConfigError, match="--scoring 'excel': unknown scoring"):
         check_scoring_name("excel", "--scoring")
+
+
+_SCRIPTED_SOFFICE = """#!{python}
+# soffice --convert-to as a script: writes "converted:<content>" for each input, in order,
+# and records its profile; an input holding "crash" ends the process there, status 0 (as a
+# dying soffice may), and "bad" is never converted (its own process exits 1)
+import sys
+from pathlib import Path
+
+args = sys.argv[1:]
+profile = args[0].split("=", 1)[1]
+outdir = Path(args[args.index("--outdir") + 1])
+files = [Path(a) for a in args[args.index("--outdir") + 2 :]]
+with open({log!r}, "a") as log:
+    log.write(profile + " " + str(len(files)) + "\\n")
+outdir.mkdir(exist_ok=True)
+for f in files:
+    content = f.read_text()
+    if content == "bad":
+        sys.exit(1) if len(files) == 1 else sys.exit(0)
+    if content == "crash" and len(files) > 1:
+        sys.exit(0)
+    (outdir / (f.stem + ".xlsx")).write_text("converted:" + content)
+"""
+
+
+def test_a_batch_that_broke_off_is_retried_file_by_file_and_a_bad_file_is_left_as_it_was(
+    tmp_path,
+):
+    """Batches of BATCH files, several soffice processes (each its own profile); a process
+    that ends early leaves its unconverted files to one process each; a file no process
+    converts keeps its content and is reported with LibreOffice's reason."""
+    import sys
+
+    from spreadrl.env.spreadsheet.recalc.sbench_convert import BATCH, convert_outputs
+
+    log = tmp_path / "calls.log"
+    soffice = tmp_path / "soffice"
+    soffice.write_text(_SCRIPTED_SOFFICE.format(python=sys.executable, log=str(log)))
+    soffice.chmod(0o755)
+    files = []
+    for index in range(2 * BATCH + 5):
+        content = {3: "crash", BATCH + 1: "bad"}.get(index, f"book {index}")
+        files.append(tmp_path / "in" / f"{index}.xlsx")
+        files[-1].parent.mkdir(exist_ok=True)
+        files[-1].write_text(content)
+    failures = convert_outputs(files, soffice=str(soffice))
+    assert failures == {files[BATCH + 1]: "LibreOffice wrote no converted file"}
+    assert files[BATCH + 1].read_text() == "bad"
+    for index, path in enumerate(files):
+        if index != BATCH + 1:
+            assert path.read_text() == "converted:" + ("crash" if index == 3 else f"book {index}")
+    calls = [line.split() for line in log.read_text().splitlines()]
+    batches = sorted(int(n) for _, n in calls if n != "1")
+    assert batches == [5, BATCH, BATCH]  # three batch processes ...
+    retried = [profile for profile, n in calls if n == "1"]
+    # ... then one process per file the broken batches left: 4..BATCH-1 of the first, the
+    # crash file itself, BATCH+1.. of the second (the bad one among them)
+    assert len(retried) == (BATCH - 3) + (BATCH - 1)
+    assert len({profile for profile, _ in calls}) == len(calls)  # never a shared profile
