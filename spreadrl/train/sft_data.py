@@ -29,9 +29,11 @@ with a model policy it is rejection sampling (keep reward-1 episodes only).
 
 from __future__ import annotations
 
+import hashlib
 import json
+import os
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -50,6 +52,7 @@ from spreadrl.rollout.config import RolloutConfig
 from spreadrl.rollout.policy import Policy
 from spreadrl.rollout.runner import EnvPoolLike, EpisodeJob, RunValues, run_episodes
 from spreadrl.rollout.types import Trajectory
+from spreadrl.run_folder import cut_back_jsonl
 from spreadrl.train.batching import Sample
 
 
@@ -191,18 +194,23 @@ def trajectories_to_sft_rows(
     trajectories: Iterable[Trajectory], *, dedup: bool = True
 ) -> list[dict[str, Any]]:
     """Keep reward-1 episodes as SFT rows ({messages, tools, task_id}), deduplicated by content."""
-    rows, seen = [], set()
-    for t in trajectories:
-        if not t.passed:
-            continue
-        key = json.dumps(t.messages, sort_keys=True)
-        if dedup and key in seen:
-            continue
-        seen.add(key)
-        rows.append(
-            {"messages": t.messages, "tools": t.tools, "task_id": t.task_id, "case": t.case}
-        )
-    return rows
+    rows = [
+        {"messages": t.messages, "tools": t.tools, "task_id": t.task_id, "case": t.case}
+        for t in trajectories
+        if t.passed
+    ]
+    return unique_conversations(rows) if dedup else rows
+
+
+def unique_conversations(rows: Iterable[dict[str, Any]]) -> list[dict[str, Any]]:
+    """``rows`` less those whose messages an earlier row already holds."""
+    kept, seen = [], set()
+    for row in rows:
+        key = json.dumps(row["messages"], sort_keys=True)
+        if key not in seen:
+            seen.add(key)
+            kept.append(row)
+    return kept
 
 
 @dataclass(frozen=True)
@@ -265,6 +273,84 @@ def _fit_context(rows: list[dict], context: ModelContext) -> list[dict]:
     ]
 
 
+def partial_path(out: Path) -> Path:
+    """Where a build into ``out`` keeps its finished batches until it writes ``out``."""
+    return out.with_name(out.name + ".partial")
+
+
+@dataclass
+class BuildProgress:
+    """The finished batches of a build, kept in ``OUT.partial`` until ``OUT`` is written.
+
+    A rejection-sampling build runs for hours; a Ctrl-C, a crash or a lost machine keeps
+    what is done. The first line is the build's settings, then one line a batch (its
+    start, episodes, passed, the rows of its passed episodes). The same command opens
+    it again and runs only the missing batches: a batch's episodes depend on the batch
+    alone, so the result is the uninterrupted build's."""
+
+    path: Path
+    settings: dict[str, Any]
+    batches: dict[int, dict[str, Any]] = field(default_factory=dict)
+
+    @classmethod
+    def open(cls, out: Path, settings: dict[str, Any]) -> BuildProgress:
+        """The progress of a stopped build into ``out`` with these ``settings``, or a new one;
+        refuses one with other settings (mixing two builds' episodes would be neither)."""
+        settings = json.loads(json.dumps(settings, default=str))
+        path = partial_path(out)
+        cut_back_jsonl(path)  # a line torn by a kill is a batch to run again
+        lines = path.read_text().splitlines() if path.is_file() else []
+        if not lines:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.write_text(json.dumps({"settings": settings}) + "\n")
+            return cls(path, settings)
+        kept = json.loads(lines[0]).get("settings", {})
+        if kept != settings:
+            other = sorted(k for k in {*kept, *settings} if kept.get(k) != settings.get(k))
+            raise SpreadrlError(
+                f"{path} holds a stopped build with other settings ({', '.join(other)}): "
+                "the command that started it finishes it; --overwrite starts again"
+            )
+        batches = {row["start"]: row for row in map(json.loads, lines[1:])}
+        return cls(path, settings, batches)
+
+    def add(self, start: int, trajectories: Sequence[Trajectory]) -> None:
+        """Keep a finished batch (on disk before the next one starts)."""
+        row = {
+            "start": start,
+            "episodes": len(trajectories),
+            "passed": sum(t.passed for t in trajectories),
+            "rows": trajectories_to_sft_rows(trajectories, dedup=False),
+        }
+        with self.path.open("a") as fh:
+            fh.write(json.dumps(row, ensure_ascii=False) + "\n")
+            fh.flush()
+            os.fsync(fh.fileno())
+        self.batches[start] = row
+
+    def total(self, key: str) -> int:
+        return sum(b[key] for b in self.batches.values())
+
+    def rows(self) -> list[dict[str, Any]]:
+        """Every batch's rows in batch order, deduplicated by content as one build's are."""
+        return unique_conversations(
+            row for start in sorted(self.batches) for row in self.batches[start]["rows"]
+        )
+
+
+def progress_line(out: Path) -> str:
+    """What a stopped build left: the CLI's line after a Ctrl-C."""
+    path = partial_path(out)
+    lines = path.read_text().splitlines()[1:] if path.is_file() else []
+    done = sum(json.loads(line)["episodes"] for line in lines if line.endswith("}"))
+    if not done:
+        return f"stopped: no batch had finished; {out} was not written"
+    return (
+        f"stopped: {done} episodes are kept in {path}; the same command goes on from there "
+        "(--overwrite starts again)"
+    )
+
+
 def build_sft_data(
     tasks: TaskSet,
     policy: Policy,
@@ -278,19 +364,33 @@ def build_sft_data(
     max_chars: int | None = None,
     batch_size: int = 64,
     context: ModelContext | None = None,
+    source: dict[str, Any] | None = None,
 ) -> SFTBuildReport:
     """Write ``out`` (JSONL of {messages, tools, task_id, case}); return what was kept.
 
     ``context``: drop (and count) rows longer than that model's context; when every
-    passed row is too long, raise instead of writing an empty file."""
+    passed row is too long, raise instead of writing an empty file. Finished batches
+    are kept in ``OUT.partial`` (:class:`BuildProgress`) until ``out`` is written, so the
+    same call after a stop runs only the rest; ``source`` names what else decides the
+    episodes (the policy, the environment), so a changed one is refused, not mixed in.
+    """
     jobs = [EpisodeJob(t, c, s) for t, c in tasks.episodes() for s in range(samples)]
     chat = EpisodeChat.of(tokenizer) if tokenizer is not None else None
-    trajectories = []
+    keys = json.dumps([job.episode_id for job in jobs])
+    settings = {
+        "jobs": hashlib.sha256(keys.encode()).hexdigest(),
+        "episodes": len(jobs),
+        "rollout": asdict(cfg),
+        "seed": run.seed if run is not None else None,
+        "batch_size": batch_size,
+        **(source or {}),
+    }
+    progress = BuildProgress.open(out, settings)
     for start in range(0, len(jobs), batch_size):
-        chunk = jobs[start : start + batch_size]
-        batch = run_episodes(policy, pool, chunk, cfg, chat, run=run)
-        trajectories.extend(batch.trajectories)
-    rows = trajectories_to_sft_rows(trajectories)
+        if start not in progress.batches:
+            chunk = jobs[start : start + batch_size]
+            progress.add(start, run_episodes(policy, pool, chunk, cfg, chat, run=run).trajectories)
+    rows = progress.rows()
     dropped = 0
     if max_chars is not None:
         kept = [r for r in rows if sum(len(m["content"]) for m in r["messages"]) <= max_chars]
@@ -311,9 +411,10 @@ def build_sft_data(
         for row in rows:
             fh.write(json.dumps(row, ensure_ascii=False) + "\n")
     tmp.replace(out)
+    progress.path.unlink()
     return SFTBuildReport(
-        len(trajectories),
-        sum(t.passed for t in trajectories),
+        progress.total("episodes"),
+        progress.total("passed"),
         len(rows),
         dropped,
         out,

@@ -100,3 +100,62 @@ def test_rows_over_the_models_context_are_dropped_and_counted(tiny_model_dir, tm
     assert isinstance(refused.exception, SpreadrlError)
     assert f"every one of the {kept} conversations is longer than" in str(refused.exception)
     assert "64-token context" in str(refused.exception)
+
+
+class _StopsAt(OraclePolicy):
+    """The oracle, with a Ctrl-C in its ``at``-th turn; counts the turns it was asked for."""
+
+    asked = 0
+    at: int | None = None
+
+    def act_messages(self, states, params):
+        type(self).asked += 1
+        if type(self).asked == type(self).at:
+            raise KeyboardInterrupt
+        return super().act_messages(states, params)
+
+
+def test_a_stopped_build_keeps_its_batches_and_the_same_command_finishes_it(tmp_path, monkeypatch):
+    """A Ctrl-C used to lose every episode of the build. Now the finished batches stay in
+    OUT.partial, the line says so, and the same command runs only the rest, writing what
+    an uninterrupted build writes; a changed setting is refused instead of mixed in."""
+    from spreadrl.train import sft_data
+
+    monkeypatch.setattr(sft_data.build_sft_data, "__kwdefaults__", {
+        **sft_data.build_sft_data.__kwdefaults__, "batch_size": 2})  # fmt: skip
+    monkeypatch.setattr(engine, "load_policy", lambda *args, **kwargs: (_StopsAt(), None))
+    tasks = tmp_path / "tasks"
+    made = runner.invoke(app, ["data", "synth", "--out", str(tasks), "--n", "5", "--cases", "1"])
+    assert made.exit_code == 0, made.output
+    straight, out = tmp_path / "straight.jsonl", tmp_path / "sft.jsonl"
+    other = ["data", "sft-build", "--tasks", str(tasks), "--seed", "4", "--out"]
+    argv = [*other[:-2], "3", "--out"]
+    assert runner.invoke(app, [*argv, str(straight)]).exit_code == 0
+    per_build = _StopsAt.asked
+
+    _StopsAt.asked, _StopsAt.at = 0, per_build - 1  # the last batch's last turn
+    stopped = runner.invoke(app, [*argv, str(out)])
+    assert stopped.exit_code == 130, stopped.output
+    partial = out.with_name("sft.jsonl.partial")
+    assert f"stopped: 4 episodes are kept in {partial}; the same command goes on" in " ".join(
+        stopped.output.split()
+    )
+    assert not out.exists() and len(partial.read_text().splitlines()) == 1 + 2  # two batches
+
+    refused = runner.invoke(app, [*other, str(out)])
+    assert isinstance(refused.exception, SpreadrlError), refused.output  # one error line
+    assert "other settings (seed)" in str(refused.exception)
+
+    _StopsAt.asked, _StopsAt.at = 0, None
+    resumed = runner.invoke(app, [*argv, str(out)])
+    assert resumed.exit_code == 0, resumed.output
+    assert "5 episodes, 5 passed" in resumed.output
+    assert out.read_bytes() == straight.read_bytes() and not partial.exists()
+    assert 0 < _StopsAt.asked < per_build  # the kept batches were not rolled out again
+
+    _StopsAt.asked, _StopsAt.at = 0, 2  # stopped again, then --overwrite starts afresh
+    runner.invoke(app, [*argv, str(tmp_path / "again.jsonl")])
+    _StopsAt.asked, _StopsAt.at = 0, None
+    again = runner.invoke(app, [*other, str(tmp_path / "again.jsonl"), "--overwrite"])
+    assert again.exit_code == 0, again.output
+    assert _StopsAt.asked == per_build
