@@ -53,8 +53,7 @@ def sft_build(
     sampling. Duplicates are removed. With --config the rows use the recipe's tools,
     workbook overview and turn budget, so SFT teaches the format GRPO samples in;
     with --model, rows longer than that model's context are dropped and counted.
-    Finished batches are kept in OUT.partial until OUT is written: after a stop, the
-    same command runs only the rest.
+    Finished batches wait in OUT.partial: after a stop the same command runs the rest.
 
     Examples:
 
@@ -71,20 +70,13 @@ def sft_build(
     from spreadrl.rollout.config import RolloutConfig
     from spreadrl.rollout.engine import load_policy
     from spreadrl.rollout.types import RunValues
-    from spreadrl.train.sft_data import build_sft_data, model_context, partial_path, progress_line
+    from spreadrl.train.sft_data import build_sft_data, model_context, progress_line
 
-    if overwrite:  # a stopped build's batches too: --overwrite starts again
-        partial_path(out).unlink(missing_ok=True)
     env, turns, default_tasks = _recipe_settings(config, preset, max_turns)
     task_set = _task_set(tasks or default_tasks)
     policy, tokenizer = load_policy(backend, model, base_url=base_url)
     context = model_context(model) if model is not None else None
-    # the rollout defaults but for the flags: up to 1,024 new tokens a turn, as in training
-    cfg = RolloutConfig(temperature=temperature, max_turns=turns)
-    # what decides the episodes besides the tasks and the rollout section (the oracle's
-    # --model only filters rows by context, afterwards)
-    sampler = model if backend != "oracle" else None
-    source = {"backend": backend, "model": sampler, "base_url": base_url, "env": repr(env)}
+    cfg = RolloutConfig(temperature=temperature, max_turns=turns)  # else training's defaults
     with said_on_ctrl_c(lambda: progress_line(out)), make_env_pool(env) as pool:
         report = build_sft_data(
             task_set,
@@ -97,7 +89,8 @@ def sft_build(
             samples=samples,
             max_chars=max_chars,
             context=context,
-            source=source,
+            source={"backend": backend, "model": model, "base_url": base_url, "env": repr(env)},
+            restart=overwrite,  # a stopped build's batches are dropped too
         )
     cli_console().print(report.summary(), markup=False)
 

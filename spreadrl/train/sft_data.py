@@ -365,6 +365,7 @@ def build_sft_data(
     batch_size: int = 64,
     context: ModelContext | None = None,
     source: dict[str, Any] | None = None,
+    restart: bool = False,
 ) -> SFTBuildReport:
     """Write ``out`` (JSONL of {messages, tools, task_id, case}); return what was kept.
 
@@ -372,7 +373,8 @@ def build_sft_data(
     passed row is too long, raise instead of writing an empty file. Finished batches
     are kept in ``OUT.partial`` (:class:`BuildProgress`) until ``out`` is written, so the
     same call after a stop runs only the rest; ``source`` names what else decides the
-    episodes (the policy, the environment), so a changed one is refused, not mixed in.
+    episodes (the policy, the environment), so a changed one is refused, not mixed in;
+    ``restart`` drops a stopped build's batches first.
     """
     jobs = [EpisodeJob(t, c, s) for t, c in tasks.episodes() for s in range(samples)]
     chat = EpisodeChat.of(tokenizer) if tokenizer is not None else None
@@ -385,6 +387,8 @@ def build_sft_data(
         "batch_size": batch_size,
         **(source or {}),
     }
+    if restart:
+        partial_path(out).unlink(missing_ok=True)
     progress = BuildProgress.open(out, settings)
     for start in range(0, len(jobs), batch_size):
         if start not in progress.batches:
