@@ -299,20 +299,36 @@ class BuildProgress:
         settings = json.loads(json.dumps(settings, default=str))
         path = partial_path(out)
         cut_back_jsonl(path)  # a line torn by a kill is a batch to run again
-        lines = path.read_text().splitlines() if path.is_file() else []
-        if not lines:
+        kept = cls.read(out)
+        if kept is None:
             path.parent.mkdir(parents=True, exist_ok=True)
             path.write_text(json.dumps({"settings": settings}) + "\n")
             return cls(path, settings)
-        kept = json.loads(lines[0]).get("settings", {})
-        if kept != settings:
-            other = sorted(k for k in {*kept, *settings} if kept.get(k) != settings.get(k))
+        if kept.settings != settings:
+            was = kept.settings
+            other = sorted(k for k in {*was, *settings} if was.get(k) != settings.get(k))
             raise SpreadrlError(
                 f"{path} holds a stopped build with other settings ({', '.join(other)}): "
                 "the command that started it finishes it; --overwrite starts again"
             )
-        batches = {row["start"]: row for row in map(json.loads, lines[1:])}
-        return cls(path, settings, batches)
+        return kept
+
+    @classmethod
+    def read(cls, out: Path) -> BuildProgress | None:
+        """What ``OUT.partial`` holds (None: no file, or not even its settings line); a
+        torn last line is left out."""
+        path = partial_path(out)
+        lines = path.read_text().splitlines() if path.is_file() else []
+        rows = []
+        for line in lines:
+            try:
+                rows.append(json.loads(line))
+            except json.JSONDecodeError:
+                break  # only the last line can be torn: appends are whole lines
+        if not rows:
+            return None
+        batches = {row["start"]: row for row in rows[1:]}
+        return cls(path, rows[0].get("settings", {}), batches)
 
     def add(self, start: int, trajectories: Sequence[Trajectory]) -> None:
         """Keep a finished batch (on disk before the next one starts)."""
@@ -329,6 +345,7 @@ class BuildProgress:
         self.batches[start] = row
 
     def total(self, key: str) -> int:
+        """The batches' sum of ``key`` ("episodes" or "passed")."""
         return sum(b[key] for b in self.batches.values())
 
     def rows(self) -> list[dict[str, Any]]:
@@ -340,14 +357,13 @@ class BuildProgress:
 
 def progress_line(out: Path) -> str:
     """What a stopped build left: the CLI's line after a Ctrl-C."""
-    path = partial_path(out)
-    lines = path.read_text().splitlines()[1:] if path.is_file() else []
-    done = sum(json.loads(line)["episodes"] for line in lines if line.endswith("}"))
+    progress = BuildProgress.read(out)
+    done = progress.total("episodes") if progress is not None else 0
     if not done:
         return f"stopped: no batch had finished; {out} was not written"
     return (
-        f"stopped: {done} episodes are kept in {path}; the same command goes on from there "
-        "(--overwrite starts again)"
+        f"stopped: {done} episodes are kept in {partial_path(out)}; the same command goes on "
+        "from there (--overwrite starts again)"
     )
 
 

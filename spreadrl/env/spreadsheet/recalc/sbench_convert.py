@@ -92,8 +92,8 @@ def convert_outputs(
     Files are staged under unique names (``--convert-to`` names its result after the
     input's stem), converted :data:`BATCH` at a time per ``soffice`` process (one process
     per core at once), and each converted copy replaces its original. A file a batch did
-    not convert is retried in a process of its own, so one bad workbook costs only itself. Raises MissingDependencyError
-    when LibreOffice is not installed.
+    not convert is retried in a process of its own, so one bad workbook costs only itself.
+    Raises MissingDependencyError when LibreOffice is not installed.
     """
     binary = _soffice(soffice)
     failures: dict[Path, str] = {}
