@@ -298,12 +298,14 @@ class BuildProgress:
         refuses one with other settings (mixing two builds' episodes would be neither)."""
         settings = json.loads(json.dumps(settings, default=str))
         path = partial_path(out)
-        cut_back_jsonl(path)  # a line torn by a kill is a batch to run again
         kept = cls.read(out)
         if kept is None:
             path.parent.mkdir(parents=True, exist_ok=True)
-            path.write_text(json.dumps({"settings": settings}) + "\n")
+            tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+            tmp.write_text(json.dumps({"settings": settings}) + "\n")
+            tmp.replace(path)  # whole or absent: a torn first line would read as foreign
             return cls(path, settings)
+        cut_back_jsonl(path)  # a line torn by a kill is a batch to run again
         if kept.settings != settings:
             was = kept.settings
             other = sorted(k for k in {*was, *settings} if was.get(k) != settings.get(k))
@@ -315,20 +317,31 @@ class BuildProgress:
 
     @classmethod
     def read(cls, out: Path) -> BuildProgress | None:
-        """What ``OUT.partial`` holds (None: no file, or not even its settings line); a
-        torn last line is left out."""
+        """What ``OUT.partial`` holds (None: there is none); a torn last line is left out.
+
+        A file of that name that a build did not write is refused, not read, cut back or
+        deleted: it is someone's data."""
         path = partial_path(out)
-        lines = path.read_text().splitlines() if path.is_file() else []
+        if not path.exists():
+            return None
+        lines = path.read_text(errors="replace").splitlines() if path.is_file() else []
         rows = []
-        for line in lines:
+        for i, line in enumerate(lines):
             try:
                 rows.append(json.loads(line))
             except json.JSONDecodeError:
-                break  # only the last line can be torn: appends are whole lines
-        if not rows:
-            return None
-        batches = {row["start"]: row for row in rows[1:]}
-        return cls(path, rows[0].get("settings", {}), batches)
+                if i == len(lines) - 1 and i > 0:
+                    break  # only the last batch can be torn: appends are whole lines
+                rows = []
+                break
+        settings = rows[0].get("settings") if rows and isinstance(rows[0], dict) else None
+        batch = (isinstance(r, dict) and isinstance(r.get("start"), int) for r in rows[1:])
+        if not isinstance(settings, dict) or not all(batch):
+            raise SpreadrlError(
+                f"{path} is not a stopped sft-build's file (no build's settings and batches "
+                "in it); move it away or pick another --out"
+            )
+        return cls(path, settings, {row["start"]: row for row in rows[1:]})
 
     def add(self, start: int, trajectories: Sequence[Trajectory]) -> None:
         """Keep a finished batch (on disk before the next one starts)."""
@@ -357,7 +370,10 @@ class BuildProgress:
 
 def progress_line(out: Path) -> str:
     """What a stopped build left: the CLI's line after a Ctrl-C."""
-    progress = BuildProgress.read(out)
+    try:
+        progress = BuildProgress.read(out)
+    except SpreadrlError:  # stopped before the build opened (and refused) someone's file
+        progress = None
     done = progress.total("episodes") if progress is not None else 0
     if not done:
         return f"stopped: no batch had finished; {out} was not written"
@@ -403,8 +419,8 @@ def build_sft_data(
         "batch_size": batch_size,
         **(source or {}),
     }
-    if restart:
-        partial_path(out).unlink(missing_ok=True)
+    if restart and BuildProgress.read(out) is not None:  # refuses a file it did not write
+        partial_path(out).unlink()
     progress = BuildProgress.open(out, settings)
     for start in range(0, len(jobs), batch_size):
         if start not in progress.batches:

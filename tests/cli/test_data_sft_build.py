@@ -159,3 +159,28 @@ def test_a_stopped_build_keeps_its_batches_and_the_same_command_finishes_it(tmp_
     again = runner.invoke(app, [*other, str(tmp_path / "again.jsonl"), "--overwrite"])
     assert again.exit_code == 0, again.output
     assert _StopsAt.asked == per_build
+
+
+def test_a_partial_file_no_build_wrote_is_refused_and_kept(tmp_path, monkeypatch):
+    """OUT.partial is a build's only when its first line is the build's settings: someone's
+    own file of that name used to be cut back (its non-JSON lines dropped), crash the
+    resume, or be deleted by --overwrite."""
+    monkeypatch.setattr(engine, "load_policy", lambda *args, **kwargs: (OraclePolicy(), None))
+    tasks = tmp_path / "tasks"
+    made = runner.invoke(app, ["data", "synth", "--out", str(tasks), "--n", "2", "--cases", "1"])
+    assert made.exit_code == 0, made.output
+    out = tmp_path / "sft.jsonl"
+    partial = out.with_name("sft.jsonl.partial")
+    argv = ["data", "sft-build", "--tasks", str(tasks), "--out", str(out)]
+    for text in ('{"step": 1}\nnotes, not json\n', "[1, 2]\n", '{"settings": {}}\n{"a": 1}\n'):
+        partial.write_text(text)
+        for flags in ([], ["--overwrite"]):
+            refused = runner.invoke(app, [*argv, *flags])
+            assert isinstance(refused.exception, SpreadrlError), refused.output
+            assert "is not a stopped sft-build's file" in str(refused.exception)
+            assert partial.read_text() == text and not out.exists()
+    partial.unlink()
+    partial.mkdir()
+    refused = runner.invoke(app, [*argv, "--overwrite"])
+    assert "is not a stopped sft-build's file" in str(refused.exception)
+    assert partial.is_dir()
