@@ -142,11 +142,17 @@ def read_record(folder: Path) -> dict[str, Any] | None:
 
 
 def describe_record(record: Mapping[str, Any]) -> str:
-    """``eval of model 'runs/a', tasks 'builtin:demo-test', 4 samples`` for a refusal."""
+    """``eval run (model 'runs/a', tasks 'builtin:demo-test', samples 4)`` for a refusal,
+    which puts "a", "an" or "another" before it."""
     summary = record.get("summary") or {}
     parts = [f"{key} {value!r}" for key, value in summary.items() if value is not None]
     shown = ", ".join(parts) or f"settings {record.get('digest', '?')}"
-    return f"a {record.get('command', '?')} run ({shown})"
+    return f"{record.get('command', '?')} run ({shown})"
+
+
+def _a(command: str) -> str:
+    """The article a refusal puts before ``command`` ("an eval run", "an sft run")."""
+    return "an" if command[:1] in ("a", "e", "i", "o", "u") or command == "sft" else "a"
 
 
 def differences(old: Mapping[str, Any], new: Mapping[str, Any]) -> dict[str, tuple[Any, Any]]:
@@ -239,7 +245,8 @@ def _check_same_run(
     """The accepted changes when ``record`` is this run; else the error naming each difference."""
     if record.get("command") != identity.command:
         raise SpreadrlError(
-            f"{folder} holds {describe_record(record)}; a {identity.command} run needs its own "
+            f"{folder} holds {_a(str(record.get('command')))} {describe_record(record)}; "
+            f"{_a(identity.command)} {identity.command} run needs its own "
             f"folder ({elsewhere}); nothing was changed"
         )
     changes = differences(record["settings"], identity.settings)
@@ -368,7 +375,7 @@ def refuse_inside_run(path: Path, flag: str = "--out") -> None:
         return
     try:
         record = read_record(run)
-        held = describe_record(record) if record else "a run"
+        held = f"{_a(str(record.get('command')))} {describe_record(record)}" if record else "a run"
     except SpreadrlError:
         held = "a run"
     where = "holds" if run == path.absolute() else f"lies in {run}, which holds"

@@ -56,7 +56,7 @@ def test_the_same_run_resumes_and_another_is_refused_naming_each_difference(tmp_
     with pytest.raises(SpreadrlError) as refused:
         claim_run_folder(out, _identity(model="runs/b", **{"optim.lr": 0.5}))
     message = str(refused.value)
-    assert "holds another a grpo run" in message
+    assert "holds another grpo run" in message
     assert "model 'runs/a' -> 'runs/b'" in message and "optim.lr 0.001 -> 0.5" in message
     assert "output_dir" in message or "--out" in message
     assert sorted(p.name for p in out.iterdir()) == before  # a refusal changes nothing
@@ -90,7 +90,7 @@ def test_another_commands_run_and_a_users_folder_are_refused(tmp_path):
     claim_run_folder(out, _identity())
     _ran(out)
     eval_identity = RunIdentity("eval", {"model": "m"}, files=("trajectories.jsonl",))
-    with pytest.raises(SpreadrlError, match="holds a grpo run .* a eval run needs its own"):
+    with pytest.raises(SpreadrlError, match="holds a grpo run .* an eval run needs its own"):
         claim_run_folder(out, eval_identity, elsewhere="--out NEW")
     mine = tmp_path / "mine"
     (mine / "my-experiment").mkdir(parents=True)

@@ -391,7 +391,7 @@ def check_recipe_kind(command: str, path: str | Path) -> None:
     others = [k for k in recipe_kinds(data) if k != command]
     if unknown and others:
         raise ConfigError(
-            f"{path} is a `spreadrl {others[0]}` recipe, not a {command} one (its keys "
+            f"{path} is a `spreadrl {others[0]}` recipe, not a `spreadrl {command}` one (its keys "
             f"{', '.join(map(repr, unknown[:3]))} are {others[0]}'s); run "
             f"`spreadrl {others[0]} --config {path}`"
         )

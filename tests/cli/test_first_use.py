@@ -207,10 +207,16 @@ def test_config_show_finds_an_sft_recipes_kind(monkeypatch, capsys):
     [
         (
             ["grpo", "--config", "sft-tiny-cpu"],
-            "sft-tiny-cpu is a `spreadrl sft` recipe, not a grpo one",
+            "sft-tiny-cpu is a `spreadrl sft` recipe, not a `spreadrl grpo` one",
         ),
-        (["sft", "--config", "tiny-cpu"], "tiny-cpu is a `spreadrl grpo` recipe, not a sft one"),
-        (["plan", "sft-tiny-cpu"], "sft-tiny-cpu is a `spreadrl sft` recipe, not a grpo one"),
+        (
+            ["sft", "--config", "tiny-cpu"],
+            "tiny-cpu is a `spreadrl grpo` recipe, not a `spreadrl sft` one",
+        ),
+        (
+            ["plan", "sft-tiny-cpu"],
+            "sft-tiny-cpu is a `spreadrl sft` recipe, not a `spreadrl grpo` one",
+        ),
     ],
     ids=["grpo-given-sft", "sft-given-grpo", "plan-given-sft"],
 )
