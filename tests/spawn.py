@@ -29,11 +29,12 @@ import torch
 import torch.multiprocessing as mp
 
 SPAWN_TIMEOUT_S = 240  # a generous bound: two ranks of a tiny model take seconds
-RANK_PRELOAD = ["pytest", "torch", "torch.distributed.fsdp", "spreadrl.train.trained_model"]
+RANK_PRELOAD = ["pytest", "torch", "torch.distributed.fsdp", "spreadrl.train.grpo"]
 """What the rank server imports once. A spawned rank imported these afresh (``import
 spreadrl.train.trained_model`` alone measured 10 s of CPU on a loaded 2-core machine,
 torch 3.4 s of it: most of a two-rank test's time); a rank forked from the server starts
-with them loaded. The server runs no test code and no tensor op before it forks; each
+with them loaded. The recipe (``spreadrl.train.grpo``, which imports the trained model),
+because the dynamic-sampling ranks run it whole. The server runs no test code and no tensor op before it forks; each
 rank sets its own thread count and joins its group after the fork (:func:`join_group`)."""
 
 

@@ -167,16 +167,19 @@ def test_the_4b_presets_fit_their_seeds_hardware():
         assert plan.kv_tokens >= 2 * plan.max_model_len  # room for more than one sequence
 
 
-def test_plan_cli_prints_the_table_and_refuses_in_one_line():
+def test_plan_cli_prints_the_table_and_refuses_in_one_line(monkeypatch, capsys):
+    # in this process, through the entry point `spreadrl` runs (main(): its error line and
+    # exit code), as tests/cli/test_cli_mistakes.py runs the other commands' mistakes
+    from tests.cli.test_cli_mistakes import cli, one_error_line
+
     recipe = str(CONFIGS / "spreadsheet-rl-4b.yaml")
-    cmd = [sys.executable, "-m", "spreadrl", "plan", recipe, "--shape", "4b-shape", "--gpus"]
-    ok = subprocess.run([*cmd, "4"], capture_output=True, text=True, timeout=300)
-    assert ok.returncode == 0, ok.stderr
-    assert "peak: update" in ok.stdout and "vLLM KV tokens" in ok.stdout
-    bad = subprocess.run([*cmd, "1"], capture_output=True, text=True, timeout=300)
-    assert bad.returncode != 0 and "Traceback" not in bad.stderr
-    error = [line for line in bad.stderr.splitlines() if "does not fit" in line]
-    assert len(error) == 1 and "--gpus" in error[0]
+    argv = ["plan", recipe, "--shape", "4b-shape", "--gpus"]
+    code, out, err = cli(monkeypatch, capsys, *argv, "4")
+    assert code == 0, err
+    assert "peak: update" in out and "vLLM KV tokens" in out
+    code, out, err = cli(monkeypatch, capsys, *argv, "1")
+    error = one_error_line(err)
+    assert code == 1 and "does not fit" in error and "--gpus" in error
 
 
 def test_the_engines_kv_capacity_is_read_and_reported():
