@@ -21,6 +21,7 @@ import pytest
 from spreadrl.config import load_config
 from spreadrl.train.config import GRPOConfig
 from spreadrl.train.grpo import train_grpo
+from tests.cli.test_cli_mistakes import cli
 
 REPO = Path(__file__).resolve().parents[2]
 COMPARED = ("reward_mean", "pass_rate", "response_tokens", "loss", "grad_norm", "kl")
@@ -79,7 +80,9 @@ def _same_metrics(got, want):
 
 
 @pytest.mark.slow
-def test_ctrl_c_saves_a_checkpoint_and_the_run_resumes_exactly(tiny_model_dir, tmp_path):
+def test_ctrl_c_saves_a_checkpoint_and_the_run_resumes_exactly(
+    tiny_model_dir, tmp_path, monkeypatch, capsys
+):
     # seed 2: step 1 moves the weights, so a resume that got the KL reference or the
     # optimizer state wrong shows in the next step's metrics. One tool worker process, so
     # the Ctrl-C path runs with a pool (that the worker itself outlives a Ctrl-C is
@@ -115,7 +118,8 @@ def test_ctrl_c_saves_a_checkpoint_and_the_run_resumes_exactly(tiny_model_dir, t
     latest = (out / "checkpoints" / "latest").read_text().strip()
     assert latest.endswith(f"step-{done:06d}"), latest
 
-    resumed = subprocess.run(cmd, cwd=REPO, env=_env(), capture_output=True, text=True, timeout=300)
-    assert resumed.returncode == 0, resumed.stdout + resumed.stderr
-    assert f"at step {done}" in resumed.stdout
+    # the same command again, in this process (the entry point `spreadrl` runs): it resumes
+    code, stdout, stderr = cli(monkeypatch, capsys, *cmd[3:])
+    assert code == 0, stdout + stderr
+    assert f"at step {done}" in stdout
     _same_metrics(_metrics(out), _metrics(straight))
