@@ -32,7 +32,7 @@ import hashlib
 import json
 import os
 import sys
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
@@ -293,6 +293,19 @@ def _write_record(
     tmp = folder / f".{RUN_FILE}.{os.getpid()}.tmp"
     tmp.write_text(json.dumps(record, indent=2, default=str) + "\n")
     tmp.replace(folder / RUN_FILE)
+
+
+@contextlib.contextmanager
+def appending(path: Path) -> Iterator[Any]:
+    """``path`` opened to append; an ``OSError`` raised inside names ``path`` (a ``write``
+    that finds the disk full names no file, and the user's one line should)."""
+    try:
+        with path.open("a") as fh:
+            yield fh
+    except OSError as exc:
+        if exc.filename is None:
+            exc.filename = str(path)
+        raise
 
 
 def cut_back_jsonl(path: Path, step: int | None = None) -> int:

@@ -87,4 +87,11 @@ def run_recipe(
         except RunStopped as stopped:  # SIGINT / SIGTERM: a whole step saved; exit 0
             print_stopped(console, stopped, command, config, overrides or [])
             return
+        except OSError as exc:  # a full disk between checkpoints: one line, what a rerun does
+            from spreadrl.train.checkpoint import disk_full_error
+
+            full = disk_full_error(exc, cfg.checkpoint.root(cfg.output_dir))
+            if full is None:
+                raise
+            raise full from exc
     console.print(f"[green]done[/]: final model in {plain(final)}")

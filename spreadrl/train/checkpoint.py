@@ -253,16 +253,41 @@ def _save_failed(root: Path, folder: Path, exc: OSError) -> str:
     why = exc.strerror or str(exc)
     if exc.errno == errno.ENOSPC:
         why = "no space left on device"
+    after = _rerun(root, "previous")
+    return f"could not save checkpoint {folder}: {why}; {after} once the disk has room"
+
+
+def _rerun(root: Path, which: str) -> str:
+    """What the same command does after a failed write: resume from the newest complete
+    checkpoint in ``root``, or start over."""
     try:
         kept, _ = find_resume_point(root)
     except CheckpointError:
-        kept = None
-    after = (
-        f"the previous checkpoint {kept} is kept; the same command resumes from it"
-        if kept is not None
-        else "no earlier checkpoint; the same command starts the run over"
+        none = "no earlier checkpoint" if which == "previous" else "no checkpoint was saved"
+        return f"{none}; the same command starts the run over"
+    return f"the {which} checkpoint {kept} is kept; the same command resumes from it"
+
+
+class DiskFullError(SpreadrlError):
+    """The disk filled up while a run wrote its logs (metrics, trajectories, a tracker's
+    files) between checkpoints: the run stops, and its last checkpoint is what a rerun
+    resumes from."""
+
+
+FULL_DISK = (errno.ENOSPC, errno.EDQUOT)
+
+
+def disk_full_error(exc: OSError, root: Path) -> DiskFullError | None:
+    """The one line for a run whose write found the disk full or over quota, naming what a
+    rerun resumes from (``root``: the run's checkpoints); None for any other ``OSError``,
+    which is a bug to report with its traceback."""
+    if exc.errno not in FULL_DISK:
+        return None
+    where = f" writing {exc.filename}" if exc.filename else ""
+    why = os.strerror(exc.errno).lower()
+    return DiskFullError(
+        f"the run stopped: {why}{where}; {_rerun(root, 'last')} once the disk has room"
     )
-    return f"could not save checkpoint {folder}: {why}; {after} once the disk has room"
 
 
 def checkpoint_folder(root: Path, step: int) -> Path:

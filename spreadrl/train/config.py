@@ -254,6 +254,10 @@ class CheckpointConfig(Section):
     )
     keep: int = option(2, "Checkpoints kept.")
 
+    def root(self, output_dir: str) -> Path:
+        """Where the run keeps its checkpoints: ``dir``, or OUTPUT_DIR/checkpoints."""
+        return Path(self.dir) if self.dir else Path(output_dir) / "checkpoints"
+
 
 @dataclass(frozen=True)
 class LoggingConfig(Section):

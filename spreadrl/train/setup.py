@@ -110,7 +110,7 @@ class Run:
         random.seed(seed)
         np.random.seed(seed % 2**32)
         torch.manual_seed(seed)
-        root = Path(cfg.checkpoint.dir) if cfg.checkpoint.dir else out / "checkpoints"
+        root = cfg.checkpoint.root(cfg.output_dir)
         resume_from, skipped = find_resume_point(root)
         for line in skipped if info.is_main else ():
             reporter.line(line, level="warning")

@@ -29,6 +29,7 @@ import torch
 from spreadrl.rollout.harness.trace import SCHEMA_VERSION, TRAINING_TRACE
 from spreadrl.rollout.harness.trace_folder import REWARDS
 from spreadrl.rollout.types import EndReason, Trajectory
+from spreadrl.run_folder import appending
 from spreadrl.train.config import LoggingConfig
 from spreadrl.train.distributed import all_reduce
 from spreadrl.train.memory import MEMORY_KEYS
@@ -244,7 +245,7 @@ def save_step_trajectories(
     if not chosen:
         return 0
     out.mkdir(parents=True, exist_ok=True)
-    with (out / TRAJECTORIES).open("a") as fh:
+    with appending(out / TRAJECTORIES) as fh:
         for i in chosen:
             row = {"step": step, **trajectories[i].to_json(with_tokens=False)}
             row["reward_parts"] = reward_terms[i] if i < len(reward_terms) else {}

@@ -24,6 +24,7 @@ from types import ModuleType
 from typing import Any, Protocol
 
 from spreadrl.errors import ConfigError, MissingDependencyError
+from spreadrl.run_folder import appending
 from spreadrl.train.config import LoggingConfig
 
 log = logging.getLogger(__name__)
@@ -76,7 +77,7 @@ class JsonlTracker:
         self.path = path
 
     def log(self, step: int, metrics: dict[str, Any]) -> None:
-        with self.path.open("a") as fh:
+        with appending(self.path) as fh:
             fh.write(json.dumps({"step": step, **metrics}, default=float) + "\n")
 
     def close(self) -> None:

@@ -254,6 +254,59 @@ def test_enospc_during_a_save_keeps_the_previous_checkpoint_and_a_rerun_resumes(
     _assert_same_run(out, straight)
 
 
+class _DiskFills:
+    """A file opened to append on a disk that fills up: the first bytes of the write land
+    (a torn line), then ``write`` raises ENOSPC naming no file, as ``write(2)`` does."""
+
+    def __init__(self, fh):
+        self.fh = fh
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc_info):
+        self.fh.close()
+
+    def write(self, text):
+        self.fh.write(text[:10])
+        self.fh.flush()
+        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+
+
+def test_a_full_disk_between_checkpoints_stops_in_one_line_and_a_rerun_resumes(
+    tiny_model_dir, sft_straight, tmp_path, monkeypatch, capsys
+):
+    """metrics.jsonl is appended every step, between checkpoints: a full disk there used
+    to end the run with a traceback. Now one line names the file and the checkpoint a
+    rerun resumes from, and the rerun ends as the straight run did."""
+    data, straight = sft_straight
+    out = tmp_path / "run"
+    args = _sft_args(tiny_model_dir, data, out)
+    real_open, appends = Path.open, []
+
+    def full_at_the_third_metrics_row(path, mode="r", *a, **kw):
+        fh = real_open(path, mode, *a, **kw)
+        if path.name == "metrics.jsonl" and mode == "a":
+            appends.append(path)
+            if len(appends) == 3:
+                return _DiskFills(fh)
+        return fh
+
+    monkeypatch.setattr(Path, "open", full_at_the_third_metrics_row)
+    code, printed = _spreadrl(monkeypatch, capsys, args)
+    monkeypatch.setattr(Path, "open", real_open)  # space freed
+    assert code == 1 and "Traceback" not in printed, printed
+    last = [line for line in printed.splitlines() if line.strip()][-1]
+    assert f"no space left on device writing {out / 'metrics.jsonl'}" in last, last
+    assert f"the last checkpoint {out / 'checkpoints' / 'step-000002'} is kept" in last, last
+    assert "the same command resumes from it once the disk has room" in last
+
+    code, printed = _spreadrl(monkeypatch, capsys, args)
+    assert code == 0, printed
+    assert "step-000002 at step 2" in printed
+    _assert_same_run(out, straight)  # the torn row is gone, every step logged once
+
+
 def test_a_finished_sft_run_is_done_continues_with_more_steps_and_refuses_fewer(
     tiny_model_dir, sft_straight, tmp_path, monkeypatch, capsys
 ):
