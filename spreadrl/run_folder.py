@@ -28,6 +28,7 @@ and the command line all use the same rule.
 from __future__ import annotations
 
 import contextlib
+import errno
 import hashlib
 import json
 import os
@@ -293,6 +294,19 @@ def _write_record(
     tmp = folder / f".{RUN_FILE}.{os.getpid()}.tmp"
     tmp.write_text(json.dumps(record, indent=2, default=str) + "\n")
     tmp.replace(folder / RUN_FILE)
+
+
+FULL_DISK = (errno.ENOSPC, errno.EDQUOT)
+"""A write that found the disk full or over quota: the user's to fix, not a bug."""
+
+
+def full_disk(exc: OSError) -> str | None:
+    """``no space left on device writing PATH`` for a write that found the disk full (or
+    over quota); None for any other ``OSError``."""
+    if exc.errno not in FULL_DISK:
+        return None
+    where = f" writing {exc.filename}" if exc.filename else ""
+    return f"{os.strerror(exc.errno).lower()}{where}"
 
 
 @contextlib.contextmanager

@@ -35,6 +35,7 @@ from spreadrl.cli.console import (
     typer_output_unwrapped,
 )
 from spreadrl.errors import RunStopped, SpreadrlError
+from spreadrl.run_folder import full_disk
 
 app = typer.Typer(
     name="spreadrl",
@@ -128,3 +129,12 @@ def main() -> None:
                 stopped.message, highlight=False, markup=False, soft_wrap=True
             )
         sys.exit(0)
+    except OSError as exc:  # a full disk is the user's to fix: one line; any other, a bug
+        why = full_disk(exc)
+        if why is None:
+            raise
+        print_error(
+            f"{why}; the command stopped there. Free space and run it again: an eval or a "
+            "data sft-build goes on from the episodes it kept, training from its checkpoint"
+        )
+        sys.exit(1)

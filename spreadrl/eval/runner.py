@@ -26,7 +26,7 @@ from spreadrl.rollout.config import RolloutConfig
 from spreadrl.rollout.policy import Policy
 from spreadrl.rollout.runner import EnvPoolLike, EpisodeJob, EpisodeRunner, run_episodes
 from spreadrl.rollout.types import RunValues, Trajectory
-from spreadrl.run_folder import cut_back_jsonl
+from spreadrl.run_folder import appending, cut_back_jsonl
 
 TRAJECTORIES = "trajectories.jsonl"
 REPORT = "report.json"
@@ -176,7 +176,7 @@ def run_eval(
     passed = finished = 0
     with (
         reporter.progress("eval", sum(len(c) for _, c in batches), status="pass -") as bar,
-        (out_dir / TRAJECTORIES).open("a") as sink,
+        appending(out_dir / TRAJECTORIES) as sink,
     ):
         try:
             for index, chunk in batches:

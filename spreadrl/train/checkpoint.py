@@ -60,6 +60,7 @@ from spreadrl.errors import SpreadrlError
 from spreadrl.models.checkpoint_files import MANIFEST, STATE_FILE, CheckpointError
 from spreadrl.models.checkpoint_files import checkpoint_problem as checkpoint_problem
 from spreadrl.models.checkpoint_files import find_resume_point as find_resume_point
+from spreadrl.run_folder import full_disk
 from spreadrl.train.distributed import DistInfo
 
 log = logging.getLogger(__name__)
@@ -274,20 +275,14 @@ class DiskFullError(SpreadrlError):
     resumes from."""
 
 
-FULL_DISK = (errno.ENOSPC, errno.EDQUOT)
-
-
 def disk_full_error(exc: OSError, root: Path) -> DiskFullError | None:
     """The one line for a run whose write found the disk full or over quota, naming what a
     rerun resumes from (``root``: the run's checkpoints); None for any other ``OSError``,
     which is a bug to report with its traceback."""
-    if exc.errno not in FULL_DISK:
+    why = full_disk(exc)
+    if why is None:
         return None
-    where = f" writing {exc.filename}" if exc.filename else ""
-    why = os.strerror(exc.errno).lower()
-    return DiskFullError(
-        f"the run stopped: {why}{where}; {_rerun(root, 'last')} once the disk has room"
-    )
+    return DiskFullError(f"the run stopped: {why}; {_rerun(root, 'last')} once the disk has room")
 
 
 def checkpoint_folder(root: Path, step: int) -> Path:

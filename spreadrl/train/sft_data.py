@@ -52,7 +52,7 @@ from spreadrl.rollout.config import RolloutConfig
 from spreadrl.rollout.policy import Policy
 from spreadrl.rollout.runner import EnvPoolLike, EpisodeJob, RunValues, run_episodes
 from spreadrl.rollout.types import Trajectory
-from spreadrl.run_folder import cut_back_jsonl
+from spreadrl.run_folder import appending, cut_back_jsonl
 from spreadrl.train.batching import Sample
 
 
@@ -351,7 +351,7 @@ class BuildProgress:
             "passed": sum(t.passed for t in trajectories),
             "rows": trajectories_to_sft_rows(trajectories, dedup=False),
         }
-        with self.path.open("a") as fh:
+        with appending(self.path) as fh:
             fh.write(json.dumps(row, ensure_ascii=False) + "\n")
             fh.flush()
             os.fsync(fh.fileno())

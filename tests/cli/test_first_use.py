@@ -12,6 +12,7 @@ torch first.
 
 from __future__ import annotations
 
+import errno
 import json
 import os
 import re
@@ -329,6 +330,64 @@ def test_a_resume_after_a_torn_last_line_loses_no_episode(tmp_path, monkeypatch,
     report = json.loads(Path("ev/report.json").read_text())
     assert report["episodes"] == 64 and report["complete"] is True
     rows = [json.loads(line) for line in Path("ev/trajectories.jsonl").read_text().splitlines()]
+    assert len({(r["task_id"], r["case"], r["sample"]) for r in rows}) == len(rows) == 64
+
+
+class _FillsUp:
+    """A file opened to append on a disk that fills up after ``room`` writes: the next
+    write lands its first bytes (a torn line) and raises ENOSPC naming no file, as
+    ``write(2)`` does."""
+
+    def __init__(self, fh, room):
+        self.fh, self.room = fh, room
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc_info):
+        self.fh.close()
+
+    def flush(self):
+        self.fh.flush()
+
+    def write(self, text):
+        if self.room == 0:
+            self.fh.write(text[:20])
+            self.fh.flush()
+            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+        self.room -= 1
+        return self.fh.write(text)
+
+
+def test_a_full_disk_stops_an_eval_in_one_line_and_the_same_command_finishes_it(
+    tmp_path, monkeypatch, capsys
+):
+    """A full disk while an eval appends its episodes used to end in a traceback."""
+    monkeypatch.chdir(tmp_path)
+    argv = ["eval", "--backend", "oracle", "--tasks", "builtin:demo-test", "--batch-size", "8"]
+    argv += ["--out", "ev"]
+    real_open = Path.open
+
+    def fills_after_ten_episodes(path, mode="r", *a, **kw):
+        fh = real_open(path, mode, *a, **kw)
+        return _FillsUp(fh, 10) if path.name == "trajectories.jsonl" and mode == "a" else fh
+
+    monkeypatch.setattr(Path, "open", fills_after_ten_episodes)
+    code, _, err = cli(monkeypatch, capsys, *argv)
+    monkeypatch.setattr(Path, "open", real_open)  # space freed
+    line = one_error_line(err)
+    assert code == 1
+    trajectories = Path("ev", "trajectories.jsonl")  # as the user named the folder
+    assert f"no space left on device writing {trajectories}; the command stopped there" in line
+    assert "an eval or a data sft-build goes on from the episodes it kept" in line
+    assert len(trajectories.read_text().splitlines()) == 11  # ten episodes and a torn one
+
+    code, out, err = cli(monkeypatch, capsys, *argv)
+    assert code == 0 and "resuming the eval" in out, err
+    report = json.loads(Path("ev/report.json").read_text())
+    assert report["complete"] is True and report["episodes"] == 64
+    assert report["pass@1"] == 1.0  # the oracle passes every case, the kept ones included
+    rows = [json.loads(line) for line in trajectories.read_text().splitlines()]
     assert len({(r["task_id"], r["case"], r["sample"]) for r in rows}) == len(rows) == 64
 
 
