@@ -13,9 +13,12 @@ rule sits here, beside export and below train, so both read the same one.
 from __future__ import annotations
 
 import json
+import os
+import re
 from pathlib import Path
 
 import torch
+from safetensors import SafetensorError
 
 from spreadrl.errors import SpreadrlError
 
@@ -83,3 +86,14 @@ def checkpoint_problem(folder: Path) -> str | None:
     except Exception as exc:  # a truncated pickle raises one of several types
         return f"{STATE_FILE} does not load ({type(exc).__name__})"
     return None
+
+
+_RUST_OS_ERROR = re.compile(r"\(os error (\d+)\)")
+
+
+def os_error_in(exc: SafetensorError) -> OSError | None:
+    """The OSError that safetensors' Rust writer reports only as text ("Error while
+    serializing: I/O error: No space left on device (os error 28)", under
+    ``save_pretrained``), so a full disk reads as one, not as a bug; None if it names none."""
+    code = _RUST_OS_ERROR.search(str(exc))
+    return OSError(int(code[1]), os.strerror(int(code[1]))) if code else None

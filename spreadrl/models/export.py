@@ -27,6 +27,7 @@ from pathlib import Path
 import torch
 import torch.distributed.checkpoint as dcp
 from peft import PeftModel
+from safetensors import SafetensorError
 from torch import nn
 from torch.distributed.checkpoint.metadata import TensorStorageMetadata
 from transformers import (
@@ -44,6 +45,7 @@ from spreadrl.models.checkpoint_files import (
     CheckpointError,
     checkpoint_problem,
     find_resume_point,
+    os_error_in,
 )
 from spreadrl.models.compat import peft_wrapping
 from spreadrl.reporting import LogReporter, Reporter
@@ -160,7 +162,14 @@ def _save_model(model: nn.Module, dtype: torch.dtype, tmp: Path) -> None:
     model.to(dtype)
     model.config.dtype = dtype
     model.eval()
-    model.save_pretrained(tmp, safe_serialization=True)
+    try:
+        model.save_pretrained(tmp, safe_serialization=True)
+    except SafetensorError as exc:  # a full disk is the CLI's one line, not a traceback
+        cause = os_error_in(exc)
+        if cause is None:
+            raise
+        cause.filename = str(tmp)
+        raise cause from exc
     if not (tmp / "generation_config.json").exists():
         GenerationConfig.from_model_config(model.config).save_pretrained(tmp)
 

@@ -44,6 +44,7 @@ import numpy as np
 import torch
 import torch.distributed as dist
 import torch.distributed.checkpoint as dcp
+from safetensors import SafetensorError
 from torch import nn
 from torch.distributed.checkpoint.api import CheckpointException
 from torch.distributed.checkpoint.state_dict import (
@@ -57,7 +58,7 @@ from torch.optim.lr_scheduler import LRScheduler
 from transformers import PreTrainedTokenizerBase
 
 from spreadrl.errors import SpreadrlError
-from spreadrl.models.checkpoint_files import MANIFEST, STATE_FILE, CheckpointError
+from spreadrl.models.checkpoint_files import MANIFEST, STATE_FILE, CheckpointError, os_error_in
 from spreadrl.models.checkpoint_files import checkpoint_problem as checkpoint_problem
 from spreadrl.models.checkpoint_files import find_resume_point as find_resume_point
 from spreadrl.run_folder import full_disk
@@ -144,8 +145,8 @@ def save_checkpoint(
         _write_checkpoint(tmp, step, model, tokenizer, optimizer, scheduler, extra, info)
         if main:
             _put_in_place(root, tmp, folder, keep)
-    except (OSError, CheckpointException) as exc:
-        cause = _os_error(exc)
+    except SAVE_ERRORS as exc:
+        cause = os_error_of(exc)
         if cause is None:  # a bug, not the disk: keep its traceback
             raise
         if main:
@@ -233,11 +234,19 @@ def _sync_tree(folder: Path) -> None:
     _fsync(folder)
 
 
-def _os_error(exc: BaseException) -> OSError | None:
-    """``exc`` if an OSError, else the OSError a torch.distributed.checkpoint failure
-    wraps (it reports each rank's exception), else None."""
+SAVE_ERRORS = (OSError, CheckpointException, SafetensorError)
+"""What a save raises when the disk fails it (and, for the last two, when a bug does)."""
+
+
+def os_error_of(exc: BaseException) -> OSError | None:
+    """``exc`` if an OSError; else the OSError a torch.distributed.checkpoint failure wraps
+    (it reports each rank's exception) or a safetensors error names ("I/O error: No space
+    left on device (os error 28)": the weights' writer, under ``save_pretrained``); else
+    None."""
     if isinstance(exc, OSError):
         return exc
+    if isinstance(exc, SafetensorError):
+        return os_error_in(exc)
     if isinstance(exc, CheckpointException):
         for failure, _trace in exc.failures.values():
             if isinstance(failure, OSError):
@@ -264,6 +273,8 @@ def _rerun(root: Path, which: str) -> str:
     try:
         kept, _ = find_resume_point(root)
     except CheckpointError:
+        kept = None
+    if kept is None:
         none = "no earlier checkpoint" if which == "previous" else "no checkpoint was saved"
         return f"{none}; the same command starts the run over"
     return f"the {which} checkpoint {kept} is kept; the same command resumes from it"

@@ -30,11 +30,13 @@ from spreadrl.errors import ConfigError, RunStopped, SpreadrlError
 from spreadrl.reporting import Reporter
 from spreadrl.run_folder import Claim, RunIdentity, claim_run_folder, cut_back_jsonl, flatten
 from spreadrl.train.checkpoint import (
+    SAVE_ERRORS,
     CheckpointSaveError,
     TrainerState,
     checkpoint_folder,
     checkpoint_step,
     find_resume_point,
+    os_error_of,
     save_checkpoint,
     save_model,
 )
@@ -234,12 +236,15 @@ class Run:
             if self.info.is_main:
                 shutil.rmtree(final, ignore_errors=True)
                 tmp.rename(final)
-        except OSError as exc:
+        except SAVE_ERRORS as exc:
+            cause = os_error_of(exc)
+            if cause is None:  # a bug, not the disk: keep its traceback
+                raise
             if self.info.is_main:
                 shutil.rmtree(tmp, ignore_errors=True)
-            why = "no space left on device" if exc.errno == errno.ENOSPC else exc.strerror
+            why = "no space left on device" if cause.errno == errno.ENOSPC else cause.strerror
             raise CheckpointSaveError(
-                f"could not write the final model to {final}: {why or exc}; the run's end "
+                f"could not write the final model to {final}: {why or cause}; the run's end "
                 "checkpoint is kept and the same command writes it once the disk has room"
             ) from exc
         self.close()

@@ -220,12 +220,8 @@ def test_no_complete_checkpoint_is_refused_with_one_line(
     assert (out / "metrics.jsonl").read_text() == rows  # nothing started over
 
 
-def test_enospc_during_a_save_keeps_the_previous_checkpoint_and_a_rerun_resumes(
-    tiny_model_dir, sft_straight, tmp_path, monkeypatch, capsys
-):
-    data, straight = sft_straight
-    out = tmp_path / "run"
-    args = _sft_args(tiny_model_dir, data, out)
+def _rng_file_fills_the_disk(monkeypatch):
+    """torch.save of step 4's RNG state meets a full disk: an OSError naming the file."""
     real_save = torch.save
 
     def disk_full_at_step_4(obj, f, *a, **kw):
@@ -236,7 +232,37 @@ def test_enospc_during_a_save_keeps_the_previous_checkpoint_and_a_rerun_resumes(
         return real_save(obj, f, *a, **kw)
 
     monkeypatch.setattr(checkpoint.torch, "save", disk_full_at_step_4)
-    code, printed = _spreadrl(monkeypatch, capsys, args)
+
+
+def _weights_fill_the_disk(monkeypatch):
+    """safetensors' writer (under save_pretrained) meets a full disk writing step 4's
+    weights: its Rust error is no OSError, only text naming one (as on a real full disk)."""
+    import safetensors.torch
+    from safetensors import SafetensorError
+
+    real = safetensors.torch.serialize_file
+
+    def disk_full_at_step_4(tensors, filename, *a, **kw):
+        path = Path(filename)
+        if path.parent.name == ".tmp-step-000004":
+            path.write_bytes(b"\0" * 10)  # what fitted
+            message = "Error while serializing: I/O error: No space left on device (os error 28)"
+            raise SafetensorError(message)
+        return real(tensors, filename, *a, **kw)
+
+    monkeypatch.setattr(safetensors.torch, "serialize_file", disk_full_at_step_4)
+
+
+@pytest.mark.parametrize("fills", [_rng_file_fills_the_disk, _weights_fill_the_disk])
+def test_enospc_during_a_save_keeps_the_previous_checkpoint_and_a_rerun_resumes(
+    tiny_model_dir, sft_straight, tmp_path, monkeypatch, capsys, fills
+):
+    data, straight = sft_straight
+    out = tmp_path / "run"
+    args = _sft_args(tiny_model_dir, data, out)
+    with monkeypatch.context() as disk:
+        fills(disk)
+        code, printed = _spreadrl(monkeypatch, capsys, args)
     assert code != 0
     lines = [line for line in printed.splitlines() if line.strip()]
     assert "no space left on device" in lines[-1] and "step-000002 is kept" in lines[-1]
@@ -247,10 +273,45 @@ def test_enospc_during_a_save_keeps_the_previous_checkpoint_and_a_rerun_resumes(
     assert kept.name == "step-000002" and checkpoint_problem(kept) is None
     assert torch.load(kept / "trainer_state.pt", weights_only=False)["step"] == 2
 
-    monkeypatch.setattr(checkpoint.torch, "save", real_save)  # space freed
-    code, printed = _spreadrl(monkeypatch, capsys, args)
+    code, printed = _spreadrl(monkeypatch, capsys, args)  # space freed
     assert code == 0, printed
     assert "step-000002 at step 2" in printed
+    _assert_same_run(out, straight)
+
+
+def test_a_full_disk_under_the_final_models_weights_is_one_line_and_a_rerun_writes_it(
+    tiny_model_dir, sft_straight, tmp_path, monkeypatch, capsys
+):
+    """The final model's weights go through safetensors too (``save_pretrained``): its
+    Rust error used to end the run with a traceback, the end checkpoint already saved."""
+    import safetensors.torch
+    from safetensors import SafetensorError
+
+    data, straight = sft_straight
+    out = tmp_path / "run"
+    args = _sft_args(tiny_model_dir, data, out)
+    real = safetensors.torch.serialize_file
+
+    def disk_full_in_final(tensors, filename, *a, **kw):
+        if Path(filename).parent.name == ".tmp-final":
+            raise SafetensorError(
+                "Error while serializing: I/O error: Disk quota exceeded (os error 122)"
+            )
+        return real(tensors, filename, *a, **kw)
+
+    with monkeypatch.context() as disk:
+        disk.setattr(safetensors.torch, "serialize_file", disk_full_in_final)
+        code, printed = _spreadrl(monkeypatch, capsys, args)
+    last = [line for line in printed.splitlines() if line.strip()][-1]
+    assert code == 1 and "Traceback" not in printed, printed
+    assert (
+        f"could not write the final model to {out / 'final'}: disk quota exceeded" in last.lower()
+    )
+    assert "the run's end checkpoint is kept" in last
+    assert not (out / "final").exists() and not (out / ".tmp-final").exists()
+
+    code, printed = _spreadrl(monkeypatch, capsys, args)  # room again: the same command
+    assert code == 0 and "already done: step 5/5" in printed, printed
     _assert_same_run(out, straight)
 
 
