@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import shutil
 import warnings
+from pathlib import Path
 
 import pytest
 import torch
@@ -232,6 +233,34 @@ def test_merge_says_which_checkpoint_it_skipped(tmp_path, tokenizer):
     assert result.exit_code == 0, result.output
     assert "step-000002 is incomplete" in result.output and "skipped" in result.output
     assert (tmp_path / "m" / "model.safetensors").is_file()
+
+
+def test_merge_on_a_full_disk_is_one_line_and_leaves_nothing(
+    tmp_path, tokenizer, monkeypatch, capsys
+):
+    """safetensors' writer reports a full disk as a SafetensorError naming the OS error:
+    merge used to end in its traceback."""
+    import safetensors.torch
+    from safetensors import SafetensorError
+
+    from tests.cli.test_cli_mistakes import cli, one_error_line
+
+    root = tmp_path / "ckpt"
+    model = _tiny(len(tokenizer), seed=1)
+    save_checkpoint(root, 1, model, tokenizer, torch.optim.AdamW(model.parameters()), None)
+
+    def disk_full(tensors, filename, *a, **kw):
+        Path(filename).write_bytes(b"\0" * 10)  # what fitted
+        raise SafetensorError(
+            "Error while serializing: I/O error: No space left on device (os error 28)"
+        )
+
+    monkeypatch.setattr(safetensors.torch, "serialize_file", disk_full)
+    out = tmp_path / "m"
+    code, _, err = cli(monkeypatch, capsys, "merge", "--checkpoint", str(root), "--out", str(out))
+    line = one_error_line(err)
+    assert code == 1 and f"no space left on device writing {tmp_path / '.tmp-m'}" in line, line
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["ckpt"]  # its temporary folder freed
 
 
 def _dcp_save(state, folder):
