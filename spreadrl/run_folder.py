@@ -310,16 +310,22 @@ def full_disk(exc: OSError) -> str | None:
 
 
 @contextlib.contextmanager
-def appending(path: Path) -> Iterator[Any]:
-    """``path`` opened to append; an ``OSError`` raised inside names ``path`` (a ``write``
-    that finds the disk full names no file, and the user's one line should)."""
+def naming(path: Path) -> Iterator[None]:
+    """An ``OSError`` raised inside that names no file names ``path`` (a ``write`` that
+    finds the disk full names none, and the user's one line should say where)."""
     try:
-        with path.open("a") as fh:
-            yield fh
+        yield
     except OSError as exc:
         if exc.filename is None:
             exc.filename = str(path)
         raise
+
+
+@contextlib.contextmanager
+def appending(path: Path) -> Iterator[Any]:
+    """``path`` opened to append, :func:`naming` it."""
+    with naming(path), path.open("a") as fh:
+        yield fh
 
 
 def cut_back_jsonl(path: Path, step: int | None = None) -> int:

@@ -391,6 +391,31 @@ def test_a_full_disk_stops_an_eval_in_one_line_and_the_same_command_finishes_it(
     assert len({(r["task_id"], r["case"], r["sample"]) for r in rows}) == len(rows) == 64
 
 
+def test_a_full_disk_stops_data_synth_in_one_line_naming_its_folder(tmp_path, monkeypatch, capsys):
+    """The workbook writer's error on a full disk names no file; the line names --out, and
+    the staging folder the tasks were written in is gone, so the same command runs again."""
+    from openpyxl import Workbook
+
+    monkeypatch.chdir(tmp_path)
+    real_save, saved = Workbook.save, []
+
+    def full_after_five_workbooks(workbook, filename):
+        saved.append(filename)
+        if len(saved) > 5:
+            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+        return real_save(workbook, filename)
+
+    monkeypatch.setattr(Workbook, "save", full_after_five_workbooks)
+    argv = ["data", "synth", "--out", "tasks", "--n", "8"]
+    code, _, err = cli(monkeypatch, capsys, *argv)
+    monkeypatch.setattr(Workbook, "save", real_save)  # space freed
+    line = one_error_line(err)
+    assert code == 1 and "no space left on device writing tasks; the command stopped" in line
+    assert os.listdir(tmp_path) == []
+    code, out, err = cli(monkeypatch, capsys, *argv)
+    assert code == 0 and "wrote 8 tasks" in out, err
+
+
 def test_a_ctrl_c_eval_says_what_it_kept_and_the_same_command_finishes_it(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     argv = [sys.executable, "-m", "spreadrl", "eval", "--backend", "oracle"]

@@ -35,8 +35,7 @@ def copy_tasks(
     """
     out = Path(out)
     check_paths(task_set.root, out, overwrite=overwrite, written_by=written_by)
-    staged = StagedOutput(out)
-    try:
+    with StagedOutput(out) as staged:
         tasks = []
         for task in task_set:
             folder = staged.path / task.id
@@ -56,6 +55,3 @@ def copy_tasks(
                 cases.append(TaskCase(case.index, copied[0], copied[1], copied[2]))
             tasks.append(replace(task, cases=tuple(cases), folder=folder))
         return staged.commit(tasks)
-    except BaseException:
-        staged.discard()
-        raise

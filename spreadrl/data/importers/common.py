@@ -16,6 +16,7 @@ import zipfile
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
+from types import TracebackType
 
 from spreadrl.archive_gate import WorkbookRefused, check_archive
 from spreadrl.cells import AnswerPositionError, parse_answer_position
@@ -77,7 +78,8 @@ class StagedOutput:
     """A staging folder beside ``out`` that becomes ``out`` on :meth:`commit`.
 
     Until the commit nothing in ``out`` changes, so a failed import leaves the
-    previous contents intact.
+    previous contents intact: used as a context manager, the staging folder goes when
+    the block raises, and an ``OSError`` that names no file (a full disk's) names ``out``.
     """
 
     def __init__(self, out: Path) -> None:
@@ -101,6 +103,18 @@ class StagedOutput:
 
     def discard(self) -> None:
         shutil.rmtree(self.path, ignore_errors=True)
+
+    def __enter__(self) -> StagedOutput:
+        return self
+
+    def __exit__(
+        self, kind: type[BaseException] | None, exc: BaseException | None, _tb: TracebackType | None
+    ) -> None:
+        if exc is None:
+            return
+        self.discard()
+        if isinstance(exc, OSError) and exc.filename is None:
+            exc.filename = str(self.out)
 
 
 def check_task_id(task_id: object, where: str) -> str:
@@ -241,10 +255,9 @@ def run_import(
     ``items`` are (label, build) pairs; ``build(staging)`` writes one task and
     returns it or raises TaskFormatError. Duplicate ids are problems too.
     """
-    staged = StagedOutput(report.out)
     tasks: list[Task] = []
     seen: set[str] = set()
-    try:
+    with StagedOutput(report.out) as staged:
         for label, build in items:
             try:
                 if label in seen:
@@ -264,8 +277,5 @@ def run_import(
                 f"{report.src}: no task could be imported" + (f" ({reasons})" if reasons else "")
             )
         report.task_set = staged.commit(tasks)
-    except BaseException:
-        staged.discard()
-        raise
     report.imported_ids = [task.id for task in tasks]
     return report

@@ -144,13 +144,9 @@ def synthesize(
     order = list(chosen)
     random.Random(f"order:{seed}").shuffle(order)
     # written beside ``out`` and swapped in at the end: a stopped run leaves ``out`` as it was
-    staged = StagedOutput(out)
-    try:
+    with StagedOutput(out) as staged:
         tasks = _write_tasks(staged.path, order, n, seed, cases, check, reporter, id_prefix)
         return staged.commit(tasks)
-    except BaseException:
-        staged.discard()
-        raise
 
 
 def _write_tasks(
