@@ -146,7 +146,7 @@ def save_checkpoint(
         if main:
             _put_in_place(root, tmp, folder, keep)
     except SAVE_ERRORS as exc:
-        cause = os_error_of(exc)
+        cause = os_error_of(exc, tmp)
         if cause is None:  # a bug, not the disk: keep its traceback
             raise
         if main:
@@ -234,24 +234,44 @@ def _sync_tree(folder: Path) -> None:
     _fsync(folder)
 
 
-SAVE_ERRORS = (OSError, CheckpointException, SafetensorError)
-"""What a save raises when the disk fails it (and, for the last two, when a bug does)."""
+SAVE_ERRORS = (OSError, CheckpointException, SafetensorError, RuntimeError)
+"""What a save raises when the disk fails it (and, but for OSError, when a bug does)."""
+
+NEARLY_FULL_BYTES = 64 * 2**20
+"""Free space under which a failed save is taken for a full disk: torch.save's zip writer
+reports a short write as ``RuntimeError: [enforce fail at inline_container.cc] ...
+unexpected pos 704 vs 598``, naming no OSError (measured on a full tmpfs, torch 2.13)."""
 
 
-def os_error_of(exc: BaseException) -> OSError | None:
-    """``exc`` if an OSError; else the OSError a torch.distributed.checkpoint failure wraps
-    (it reports each rank's exception) or a safetensors error names ("I/O error: No space
-    left on device (os error 28)": the weights' writer, under ``save_pretrained``); else
-    None."""
+def os_error_of(exc: BaseException, folder: Path | None = None) -> OSError | None:
+    """The OSError behind a failed save, or None for a bug (whose traceback is kept).
+
+    ``exc`` itself; the OSError a torch.distributed.checkpoint failure wraps (it reports
+    each rank's exception); the one a safetensors error names ("I/O error: No space left
+    on device (os error 28)": the weights' writer, under ``save_pretrained``); else, when
+    ``folder``'s disk is nearly full, ENOSPC (torch.save's writer names none)."""
     if isinstance(exc, OSError):
         return exc
     if isinstance(exc, SafetensorError):
-        return os_error_in(exc)
+        found = os_error_in(exc)
+        if found is not None:
+            return found
     if isinstance(exc, CheckpointException):
         for failure, _trace in exc.failures.values():
-            if isinstance(failure, OSError):
-                return failure
+            if isinstance(failure, OSError | SafetensorError):
+                return os_error_of(failure, folder)
+    if folder is not None and _nearly_full(folder):
+        return OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
     return None
+
+
+def _nearly_full(folder: Path) -> bool:
+    """Whether the disk ``folder`` is on (or would be on) has almost no space left."""
+    where = next((p for p in (folder, *folder.parents) if p.exists()), Path("/"))
+    try:
+        return shutil.disk_usage(where).free < NEARLY_FULL_BYTES
+    except OSError:
+        return False
 
 
 def _one_line(exc: BaseException) -> str:

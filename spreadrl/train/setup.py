@@ -237,7 +237,7 @@ class Run:
                 shutil.rmtree(final, ignore_errors=True)
                 tmp.rename(final)
         except SAVE_ERRORS as exc:
-            cause = os_error_of(exc)
+            cause = os_error_of(exc, tmp)
             if cause is None:  # a bug, not the disk: keep its traceback
                 raise
             if self.info.is_main:

@@ -253,7 +253,33 @@ def _weights_fill_the_disk(monkeypatch):
     monkeypatch.setattr(safetensors.torch, "serialize_file", disk_full_at_step_4)
 
 
-@pytest.mark.parametrize("fills", [_rng_file_fills_the_disk, _weights_fill_the_disk])
+def _short_write(obj, f, *a, **kw):
+    """torch.save's zip writer on a full disk: a short write, reported as no OSError."""
+    Path(f).write_bytes(b"\0" * 10)  # what fitted
+    raise RuntimeError("[enforce fail at inline_container.cc:672] . unexpected pos 704 vs 598")
+
+
+def _state_write_comes_up_short(monkeypatch, free=0):
+    """torch.save of step 4's RNG state comes up short, with ``free`` bytes left on disk."""
+    real_save, real_usage = torch.save, shutil.disk_usage
+
+    def disk_full_at_step_4(obj, f, *a, **kw):
+        path = Path(f) if isinstance(f, str | os.PathLike) else Path()
+        if path.parent.name == ".tmp-step-000004" and path.name.startswith("rng-"):
+            _short_write(obj, f)
+        return real_save(obj, f, *a, **kw)
+
+    def usage(path):
+        total, used, _ = real_usage(path)
+        return type(real_usage(path))(total, used, free)
+
+    monkeypatch.setattr(checkpoint.torch, "save", disk_full_at_step_4)
+    monkeypatch.setattr(checkpoint.shutil, "disk_usage", usage)
+
+
+@pytest.mark.parametrize(
+    "fills", [_rng_file_fills_the_disk, _weights_fill_the_disk, _state_write_comes_up_short]
+)
 def test_enospc_during_a_save_keeps_the_previous_checkpoint_and_a_rerun_resumes(
     tiny_model_dir, sft_straight, tmp_path, monkeypatch, capsys, fills
 ):
@@ -277,6 +303,19 @@ def test_enospc_during_a_save_keeps_the_previous_checkpoint_and_a_rerun_resumes(
     assert code == 0, printed
     assert "step-000002 at step 2" in printed
     _assert_same_run(out, straight)
+
+
+def test_a_short_write_with_room_on_disk_is_a_bug_and_keeps_its_traceback(
+    tiny_model_dir, sft_straight, tmp_path, monkeypatch
+):
+    """The rule that reads torch.save's short write as a full disk looks at the disk: with
+    room left, the same error is not the disk's, and is raised as it is."""
+    data, _ = sft_straight
+    args = _sft_args(tiny_model_dir, data, tmp_path / "run")
+    _state_write_comes_up_short(monkeypatch, free=10 * 2**30)
+    monkeypatch.setattr(sys, "argv", ["spreadrl", *args])
+    with pytest.raises(RuntimeError, match="unexpected pos 704 vs 598"):
+        main()
 
 
 def test_a_full_disk_under_the_final_models_weights_is_one_line_and_a_rerun_writes_it(
