@@ -16,11 +16,15 @@ import json
 import os
 import re
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import torch
 from safetensors import SafetensorError
 
 from spreadrl.errors import SpreadrlError
+
+if TYPE_CHECKING:
+    from transformers import PreTrainedModel
 
 STATE_FILE = "trainer_state.pt"
 MANIFEST = "manifest.json"
@@ -97,3 +101,17 @@ def os_error_in(exc: SafetensorError) -> OSError | None:
     ``save_pretrained``), so a full disk reads as one, not as a bug; None if it names none."""
     code = _RUST_OS_ERROR.search(str(exc))
     return OSError(int(code[1]), os.strerror(int(code[1]))) if code else None
+
+
+def save_weights(model: PreTrainedModel, folder: Path) -> None:
+    """``model.save_pretrained(folder)`` in safetensors; a full disk raises the OSError that
+    safetensors reports only as text (:func:`os_error_in`), naming ``folder``, so the
+    command line gives its one line instead of a traceback."""
+    try:
+        model.save_pretrained(folder, safe_serialization=True)
+    except SafetensorError as exc:
+        cause = os_error_in(exc)
+        if cause is None:
+            raise
+        cause.filename = str(folder)
+        raise cause from exc

@@ -27,7 +27,6 @@ from pathlib import Path
 import torch
 import torch.distributed.checkpoint as dcp
 from peft import PeftModel
-from safetensors import SafetensorError
 from torch import nn
 from torch.distributed.checkpoint.metadata import TensorStorageMetadata
 from transformers import (
@@ -45,7 +44,7 @@ from spreadrl.models.checkpoint_files import (
     CheckpointError,
     checkpoint_problem,
     find_resume_point,
-    os_error_in,
+    save_weights,
 )
 from spreadrl.models.compat import peft_wrapping
 from spreadrl.reporting import LogReporter, Reporter
@@ -162,14 +161,7 @@ def _save_model(model: nn.Module, dtype: torch.dtype, tmp: Path) -> None:
     model.to(dtype)
     model.config.dtype = dtype
     model.eval()
-    try:
-        model.save_pretrained(tmp, safe_serialization=True)
-    except SafetensorError as exc:  # a full disk is the CLI's one line, not a traceback
-        cause = os_error_in(exc)
-        if cause is None:
-            raise
-        cause.filename = str(tmp)
-        raise cause from exc
+    save_weights(model, tmp)
     if not (tmp / "generation_config.json").exists():
         GenerationConfig.from_model_config(model.config).save_pretrained(tmp)
 

@@ -12,6 +12,7 @@ a real local Qwen3 checkpoint takes, so nothing downstream can tell them apart.
 from __future__ import annotations
 
 import logging
+import shutil
 import socket
 from pathlib import Path
 from typing import Any
@@ -32,6 +33,7 @@ from transformers import (
 )
 
 from spreadrl.errors import ConfigError, SpreadrlError
+from spreadrl.models.checkpoint_files import save_weights
 from spreadrl.models.presets import PRESETS
 
 log = logging.getLogger(__name__)
@@ -180,6 +182,7 @@ def init_model(
     """
     config = make_config(preset, tokenizer, overrides, vocab_size=vocab_size)
     out = Path(out)
+    existed = out.exists()
     out.mkdir(parents=True, exist_ok=True)
     dtype = config.dtype if isinstance(config.dtype, torch.dtype) else torch.float32
     if isinstance(config.dtype, str):
@@ -195,8 +198,13 @@ def init_model(
         do_sample=True,
         temperature=1.0,
     )
-    model.save_pretrained(out, safe_serialization=True)
-    tokenizer.save_pretrained(out)
+    try:
+        save_weights(model, out)
+        tokenizer.save_pretrained(out)
+    except BaseException:  # a full disk, a Ctrl-C: no half-written model folder is left
+        if not existed:
+            shutil.rmtree(out, ignore_errors=True)
+        raise
     n = sum(p.numel() for p in model.parameters())
     log.info(
         "saved a %s Qwen3 (%.2fM parameters, %d tokens, %d embedding rows) to %s",

@@ -416,6 +416,33 @@ def test_a_full_disk_stops_data_synth_in_one_line_naming_its_folder(tmp_path, mo
     assert code == 0 and "wrote 8 tasks" in out, err
 
 
+def test_a_full_disk_stops_model_init_in_one_line_and_leaves_no_half_model(
+    tmp_path, monkeypatch, capsys
+):
+    """safetensors' writer reports a full disk as a SafetensorError naming the OS error: it
+    was a traceback, and the half-written folder made the same command refuse its --out."""
+    import safetensors.torch
+    from safetensors import SafetensorError
+
+    monkeypatch.chdir(tmp_path)
+    real = safetensors.torch.serialize_file
+
+    def disk_full(tensors, filename, *a, **kw):
+        Path(filename).write_bytes(b"\0" * 10)  # what fitted
+        raise SafetensorError(
+            "Error while serializing: I/O error: No space left on device (os error 28)"
+        )
+
+    monkeypatch.setattr(safetensors.torch, "serialize_file", disk_full)
+    code, _, err = cli(monkeypatch, capsys, "model", "init", "--out", "m")
+    monkeypatch.setattr(safetensors.torch, "serialize_file", real)  # space freed
+    line = one_error_line(err)
+    assert code == 1 and "no space left on device writing m; the command stopped" in line
+    assert os.listdir(tmp_path) == []
+    code, out, err = cli(monkeypatch, capsys, "model", "init", "--out", "m")
+    assert code == 0 and (tmp_path / "m" / "model.safetensors").is_file(), err
+
+
 def test_a_ctrl_c_eval_says_what_it_kept_and_the_same_command_finishes_it(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     argv = [sys.executable, "-m", "spreadrl", "eval", "--backend", "oracle"]
