@@ -292,8 +292,8 @@ def _rerun(root: Path, which: str) -> str:
     checkpoint in ``root``, or start over."""
     try:
         kept, _ = find_resume_point(root)
-    except CheckpointError:
-        kept = None
+    except CheckpointError:  # step folders, none complete: the rerun refuses to start over
+        return f"no complete checkpoint is in {root}: move it away and the same command starts over"
     if kept is None:
         none = "no earlier checkpoint" if which == "previous" else "no checkpoint was saved"
         return f"{none}; the same command starts the run over"

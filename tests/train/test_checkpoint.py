@@ -72,3 +72,23 @@ def test_no_checkpoint_means_none(tmp_path):
 def test_checkpoint_step_reads_back_the_step_a_folder_was_named_for(tmp_path):
     for step in (1, 12, 1_234_567):  # past six digits the name just grows
         assert checkpoint_step(checkpoint_folder(tmp_path, step)) == step
+
+
+def test_a_full_disks_line_says_what_the_same_command_does_next(tmp_path):
+    """After a full disk the line names what a rerun resumes from: the newest complete
+    checkpoint, nothing (it starts over), or step folders none of which is complete
+    (the rerun refuses those, so the line says to move them away)."""
+    import errno
+    import os
+
+    from spreadrl.train.checkpoint import disk_full_error
+
+    full = OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), "runs/a/metrics.jsonl")
+    root = tmp_path / "checkpoints"
+    line = str(disk_full_error(full, root))
+    assert line.startswith("the run stopped: no space left on device writing runs/a/metrics")
+    assert "no checkpoint was saved; the same command starts the run over" in line
+    (root / "step-000001").mkdir(parents=True)  # cut short: no manifest
+    line = str(disk_full_error(full, root))
+    assert f"no complete checkpoint is in {root}: move it away" in line
+    assert disk_full_error(OSError(errno.EACCES, "denied"), root) is None  # not the disk's
