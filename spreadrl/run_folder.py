@@ -309,15 +309,20 @@ def full_disk(exc: OSError) -> str | None:
     return f"{os.strerror(exc.errno).lower()}{where}"
 
 
+def name_the_file(exc: BaseException, path: Path) -> None:
+    """Let an ``OSError`` that names no file name ``path`` (a ``write`` that finds the disk
+    full names none, and the user's one line should say where)."""
+    if isinstance(exc, OSError) and exc.filename is None:
+        exc.filename = str(path)
+
+
 @contextlib.contextmanager
 def naming(path: Path) -> Iterator[None]:
-    """An ``OSError`` raised inside that names no file names ``path`` (a ``write`` that
-    finds the disk full names none, and the user's one line should say where)."""
+    """:func:`name_the_file` for an ``OSError`` raised inside."""
     try:
         yield
     except OSError as exc:
-        if exc.filename is None:
-            exc.filename = str(path)
+        name_the_file(exc, path)
         raise
 
 

@@ -278,12 +278,16 @@ def _one_line(exc: BaseException) -> str:
     return " ".join(str(exc).split())[:200]
 
 
+def save_failure_reason(exc: OSError) -> str:
+    """Why a save failed, for its one line: "no space left on device", else the OS's words."""
+    if exc.errno == errno.ENOSPC:
+        return "no space left on device"
+    return exc.strerror or str(exc)
+
+
 def _save_failed(root: Path, folder: Path, exc: OSError) -> str:
     """The one line a failed save raises: what failed, and what a rerun resumes from."""
-    why = exc.strerror or str(exc)
-    if exc.errno == errno.ENOSPC:
-        why = "no space left on device"
-    after = _rerun(root, "previous")
+    why, after = save_failure_reason(exc), _rerun(root, "previous")
     return f"could not save checkpoint {folder}: {why}; {after} once the disk has room"
 
 

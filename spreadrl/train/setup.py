@@ -12,7 +12,6 @@ and how it logs and checkpoints, none of which changes what a step computes.
 
 from __future__ import annotations
 
-import errno
 import random
 import shutil
 from dataclasses import dataclass
@@ -38,6 +37,7 @@ from spreadrl.train.checkpoint import (
     find_resume_point,
     os_error_of,
     save_checkpoint,
+    save_failure_reason,
     save_model,
 )
 from spreadrl.train.config import (
@@ -242,10 +242,10 @@ class Run:
                 raise
             if self.info.is_main:
                 shutil.rmtree(tmp, ignore_errors=True)
-            why = "no space left on device" if cause.errno == errno.ENOSPC else cause.strerror
             raise CheckpointSaveError(
-                f"could not write the final model to {final}: {why or cause}; the run's end "
-                "checkpoint is kept and the same command writes it once the disk has room"
+                f"could not write the final model to {final}: {save_failure_reason(cause)}; "
+                "the run's end checkpoint is kept and the same command writes it once the disk "
+                "has room"
             ) from exc
         self.close()
         return final

@@ -33,7 +33,7 @@ from spreadrl.data.task import (
     write_dataset_index,
 )
 from spreadrl.errors import SpreadrlError, TaskFormatError
-from spreadrl.run_folder import FolderCheck, check_output_folder
+from spreadrl.run_folder import FolderCheck, check_output_folder, name_the_file
 
 log = logging.getLogger(__name__)
 
@@ -113,8 +113,7 @@ class StagedOutput:
         if exc is None:
             return
         self.discard()
-        if isinstance(exc, OSError) and exc.filename is None:
-            exc.filename = str(self.out)
+        name_the_file(exc, self.out)
 
 
 def check_task_id(task_id: object, where: str) -> str:
