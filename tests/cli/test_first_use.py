@@ -23,6 +23,7 @@ from pathlib import Path
 import pytest
 
 from tests.cli.test_cli_mistakes import cli, one_error_line
+from tests.full_disk import FillsUp, safetensors_fills_the_disk
 from tests.spawn import ctrl_c_when
 
 # ---- --overwrite replaces only what the same command wrote; a run never ----
@@ -333,32 +334,6 @@ def test_a_resume_after_a_torn_last_line_loses_no_episode(tmp_path, monkeypatch,
     assert len({(r["task_id"], r["case"], r["sample"]) for r in rows}) == len(rows) == 64
 
 
-class _FillsUp:
-    """A file opened to append on a disk that fills up after ``room`` writes: the next
-    write lands its first bytes (a torn line) and raises ENOSPC naming no file, as
-    ``write(2)`` does."""
-
-    def __init__(self, fh, room):
-        self.fh, self.room = fh, room
-
-    def __enter__(self):
-        return self
-
-    def __exit__(self, *exc_info):
-        self.fh.close()
-
-    def flush(self):
-        self.fh.flush()
-
-    def write(self, text):
-        if self.room == 0:
-            self.fh.write(text[:20])
-            self.fh.flush()
-            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
-        self.room -= 1
-        return self.fh.write(text)
-
-
 def test_a_full_disk_stops_an_eval_in_one_line_and_the_same_command_finishes_it(
     tmp_path, monkeypatch, capsys
 ):
@@ -370,7 +345,7 @@ def test_a_full_disk_stops_an_eval_in_one_line_and_the_same_command_finishes_it(
 
     def fills_after_ten_episodes(path, mode="r", *a, **kw):
         fh = real_open(path, mode, *a, **kw)
-        return _FillsUp(fh, 10) if path.name == "trajectories.jsonl" and mode == "a" else fh
+        return FillsUp(fh, 10) if path.name == "trajectories.jsonl" and mode == "a" else fh
 
     monkeypatch.setattr(Path, "open", fills_after_ten_episodes)
     code, _, err = cli(monkeypatch, capsys, *argv)
@@ -421,21 +396,10 @@ def test_a_full_disk_stops_model_init_in_one_line_and_leaves_no_half_model(
 ):
     """safetensors' writer reports a full disk as a SafetensorError naming the OS error: it
     was a traceback, and the half-written folder made the same command refuse its --out."""
-    import safetensors.torch
-    from safetensors import SafetensorError
-
     monkeypatch.chdir(tmp_path)
-    real = safetensors.torch.serialize_file
-
-    def disk_full(tensors, filename, *a, **kw):
-        Path(filename).write_bytes(b"\0" * 10)  # what fitted
-        raise SafetensorError(
-            "Error while serializing: I/O error: No space left on device (os error 28)"
-        )
-
-    monkeypatch.setattr(safetensors.torch, "serialize_file", disk_full)
-    code, _, err = cli(monkeypatch, capsys, "model", "init", "--out", "m")
-    monkeypatch.setattr(safetensors.torch, "serialize_file", real)  # space freed
+    with monkeypatch.context() as disk:
+        safetensors_fills_the_disk(disk)
+        code, _, err = cli(monkeypatch, capsys, "model", "init", "--out", "m")
     line = one_error_line(err)
     assert code == 1 and "no space left on device writing m; the command stopped" in line
     assert os.listdir(tmp_path) == []

@@ -10,7 +10,6 @@ from __future__ import annotations
 import json
 import shutil
 import warnings
-from pathlib import Path
 
 import pytest
 import torch
@@ -27,6 +26,7 @@ from spreadrl.cli.main import app
 from spreadrl.errors import ConfigError, SpreadrlError
 from spreadrl.models.export import export_checkpoint, merge_lora
 from spreadrl.train.checkpoint import save_checkpoint
+from tests.full_disk import safetensors_fills_the_disk
 
 ATOL = 1e-5
 INPUT_IDS = torch.tensor([[1, 5, 9, 42, 7, 100, 3, 250, 17, 64]])
@@ -240,22 +240,13 @@ def test_merge_on_a_full_disk_is_one_line_and_leaves_nothing(
 ):
     """safetensors' writer reports a full disk as a SafetensorError naming the OS error:
     merge used to end in its traceback."""
-    import safetensors.torch
-    from safetensors import SafetensorError
-
     from tests.cli.test_cli_mistakes import cli, one_error_line
 
     root = tmp_path / "ckpt"
     model = _tiny(len(tokenizer), seed=1)
     save_checkpoint(root, 1, model, tokenizer, torch.optim.AdamW(model.parameters()), None)
 
-    def disk_full(tensors, filename, *a, **kw):
-        Path(filename).write_bytes(b"\0" * 10)  # what fitted
-        raise SafetensorError(
-            "Error while serializing: I/O error: No space left on device (os error 28)"
-        )
-
-    monkeypatch.setattr(safetensors.torch, "serialize_file", disk_full)
+    safetensors_fills_the_disk(monkeypatch)
     out = tmp_path / "m"
     code, _, err = cli(monkeypatch, capsys, "merge", "--checkpoint", str(root), "--out", str(out))
     line = one_error_line(err)

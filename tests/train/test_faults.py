@@ -32,6 +32,7 @@ from safetensors.torch import load_file
 import spreadrl.train.checkpoint as checkpoint
 from spreadrl.cli.main import main
 from spreadrl.train.checkpoint import checkpoint_problem, latest_checkpoint
+from tests.full_disk import FillsUp, safetensors_fills_the_disk
 from tests.train.killed_spreadrl import use_fake_gym
 from tests.train.test_grpo_e2e import tiny_overrides
 from tests.train.test_sft_e2e import _rows, _write
@@ -237,20 +238,7 @@ def _rng_file_fills_the_disk(monkeypatch):
 def _weights_fill_the_disk(monkeypatch):
     """safetensors' writer (under save_pretrained) meets a full disk writing step 4's
     weights: its Rust error is no OSError, only text naming one (as on a real full disk)."""
-    import safetensors.torch
-    from safetensors import SafetensorError
-
-    real = safetensors.torch.serialize_file
-
-    def disk_full_at_step_4(tensors, filename, *a, **kw):
-        path = Path(filename)
-        if path.parent.name == ".tmp-step-000004":
-            path.write_bytes(b"\0" * 10)  # what fitted
-            message = "Error while serializing: I/O error: No space left on device (os error 28)"
-            raise SafetensorError(message)
-        return real(tensors, filename, *a, **kw)
-
-    monkeypatch.setattr(safetensors.torch, "serialize_file", disk_full_at_step_4)
+    safetensors_fills_the_disk(monkeypatch, lambda path: path.parent.name == ".tmp-step-000004")
 
 
 def _short_write(obj, f, *a, **kw):
@@ -323,23 +311,12 @@ def test_a_full_disk_under_the_final_models_weights_is_one_line_and_a_rerun_writ
 ):
     """The final model's weights go through safetensors too (``save_pretrained``): its
     Rust error used to end the run with a traceback, the end checkpoint already saved."""
-    import safetensors.torch
-    from safetensors import SafetensorError
-
     data, straight = sft_straight
     out = tmp_path / "run"
     args = _sft_args(tiny_model_dir, data, out)
-    real = safetensors.torch.serialize_file
-
-    def disk_full_in_final(tensors, filename, *a, **kw):
-        if Path(filename).parent.name == ".tmp-final":
-            raise SafetensorError(
-                "Error while serializing: I/O error: Disk quota exceeded (os error 122)"
-            )
-        return real(tensors, filename, *a, **kw)
-
+    over_quota = "Error while serializing: I/O error: Disk quota exceeded (os error 122)"
     with monkeypatch.context() as disk:
-        disk.setattr(safetensors.torch, "serialize_file", disk_full_in_final)
+        safetensors_fills_the_disk(disk, lambda path: path.parent.name == ".tmp-final", over_quota)
         code, printed = _spreadrl(monkeypatch, capsys, args)
     last = [line for line in printed.splitlines() if line.strip()][-1]
     assert code == 1 and "Traceback" not in printed, printed
@@ -352,25 +329,6 @@ def test_a_full_disk_under_the_final_models_weights_is_one_line_and_a_rerun_writ
     code, printed = _spreadrl(monkeypatch, capsys, args)  # room again: the same command
     assert code == 0 and "already done: step 5/5" in printed, printed
     _assert_same_run(out, straight)
-
-
-class _DiskFills:
-    """A file opened to append on a disk that fills up: the first bytes of the write land
-    (a torn line), then ``write`` raises ENOSPC naming no file, as ``write(2)`` does."""
-
-    def __init__(self, fh):
-        self.fh = fh
-
-    def __enter__(self):
-        return self
-
-    def __exit__(self, *exc_info):
-        self.fh.close()
-
-    def write(self, text):
-        self.fh.write(text[:10])
-        self.fh.flush()
-        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
 
 
 def test_a_full_disk_between_checkpoints_stops_in_one_line_and_a_rerun_resumes(
@@ -389,7 +347,7 @@ def test_a_full_disk_between_checkpoints_stops_in_one_line_and_a_rerun_resumes(
         if path.name == "metrics.jsonl" and mode == "a":
             appends.append(path)
             if len(appends) == 3:
-                return _DiskFills(fh)
+                return FillsUp(fh)
         return fh
 
     monkeypatch.setattr(Path, "open", full_at_the_third_metrics_row)
